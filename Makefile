@@ -1,0 +1,44 @@
+# Two commands, on a fresh clone with Python 3.11 and pip:
+#   make book   create .venv, install pinned deps, execute every notebook, build _build/html
+#   make test   lint, unit tests and nbval over book/ in the same .venv
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export MPLBACKEND := Agg
+export PYTHONHASHSEED := 0
+
+.PHONY: venv book test lint unit nbval bench clean
+
+venv: $(STAMP)
+
+# constraints.txt holds the exact versions CI uses (torch 2.13.0, the local CPU wheel);
+# pyproject.toml itself only gives lower bounds.
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test,book]"
+	touch $(STAMP)
+
+book: $(STAMP)
+	$(BIN)/jupyter-book build book --config $(CURDIR)/_config.yml --toc $(CURDIR)/_toc.yml --path-output $(CURDIR) -W -n --keep-going
+
+lint: $(STAMP)
+	$(BIN)/ruff check course_lib tests benchmarks
+
+# One pytest run for unit tests and notebooks, so its closing line counts everything.
+test: lint
+	$(BIN)/python -m pytest tests book -p no:cacheprovider -q \
+	    --nbval-lax --nbval-current-env --nbval-cell-timeout=900 \
+	    --ignore=book/_build --ignore=_build
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests -q
+
+nbval: $(STAMP)
+	$(BIN)/python -m pytest book -q --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --ignore=book/_build
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf _build book/_build dist

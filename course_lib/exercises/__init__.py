@@ -1,0 +1,24 @@
+"""Checkers for the book's coding exercises.
+
+A student writes a function in the notebook and calls::
+
+    from course_lib.exercises import check
+    check("scoring.masked_softmax", my_masked_softmax)
+
+which prints specific feedback and returns a :class:`CheckResult`. An answer that is still the
+stub (it raises ``NotImplementedError``, or is ``None``/``...``) is reported as "not answered yet"
+instead of crashing the notebook, so a student notebook runs top to bottom.
+
+Each chapter's checkers live in a module named after the chapter (``attention_pooling``,
+``nadaraya_watson``, ``scoring``, ...) and register themselves with :func:`checker`.
+"""
+
+from __future__ import annotations
+
+from ._core import CheckResult, ExerciseFailure, check, checker, expect, expect_close, list_exercises
+
+# Importing the chapter modules registers their checkers.
+from . import attention_pooling, nadaraya_watson, scoring  # noqa: E402,F401  isort: skip
+
+__all__ = ["CheckResult", "ExerciseFailure", "check", "checker", "expect", "expect_close",
+           "list_exercises"]

@@ -1,0 +1,139 @@
+"""The checker registry and the helpers checkers use to say precisely what is wrong."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+_CHECKERS: dict[str, tuple[Callable[[object], int | None], str]] = {}
+
+
+class ExerciseFailure(AssertionError):
+    """Raised by a checker with a message that tells the student what is wrong."""
+
+
+class _NotAnswered(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The outcome of :func:`check`.
+
+    Attributes:
+        exercise: the exercise id.
+        answered: ``False`` while the answer is still the stub.
+        passed: every check passed.
+        message: the feedback printed to the student.
+        n_checks: how many checks ran (when passed).
+    """
+
+    exercise: str
+    answered: bool
+    passed: bool
+    message: str
+    n_checks: int = field(default=0)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def checker(exercise_id: str, description: str) -> Callable:
+    """Register ``fn(answer) -> n_checks`` as the checker of ``exercise_id``."""
+
+    def register(fn: Callable[[object], int | None]) -> Callable[[object], int | None]:
+        if exercise_id in _CHECKERS:
+            raise ValueError(f"checker {exercise_id!r} is registered twice")
+        _CHECKERS[exercise_id] = (fn, description)
+        return fn
+
+    return register
+
+
+def list_exercises() -> dict[str, str]:
+    """All exercise ids with a checker, mapped to their one-line description."""
+    return {k: d for k, (_, d) in sorted(_CHECKERS.items())}
+
+
+def expect(condition: bool, message: str) -> None:
+    """Fail the check with ``message`` unless ``condition`` holds."""
+    if not condition:
+        raise ExerciseFailure(message)
+
+
+def _fmt(t: object) -> str:
+    if isinstance(t, torch.Tensor):
+        t = t.detach().cpu()
+        if t.numel() > 12:
+            return f"tensor of shape {tuple(t.shape)}, first values {t.flatten()[:6].tolist()}"
+        return str([round(v, 4) if isinstance(v, float) else v for v in t.flatten().tolist()]
+                   if t.dim() <= 1 else t.tolist())
+    return repr(t)
+
+
+def expect_close(actual: object, expected: torch.Tensor, what: str, atol: float = 1e-5,
+                 rtol: float = 1e-4) -> None:
+    """Fail unless ``actual`` is a tensor of ``expected``'s shape with close values."""
+    expect(isinstance(actual, torch.Tensor),
+           f"{what}: expected a torch.Tensor, got {type(actual).__name__}")
+    expect(tuple(actual.shape) == tuple(expected.shape),
+           f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)}")
+    actual = actual.detach().to("cpu", torch.float64)
+    expected = expected.detach().to("cpu", torch.float64)
+    expect(not bool(torch.isnan(actual).any()) or bool(torch.isnan(expected).any()),
+           f"{what}: your result contains NaN: {_fmt(actual)}")
+    if not torch.allclose(actual, expected, atol=atol, rtol=rtol, equal_nan=True):
+        worst = (actual - expected).abs().nan_to_num(0).max().item()
+        raise ExerciseFailure(
+            f"{what}: values differ (largest difference {worst:.3g}).\n"
+            f"  expected {_fmt(expected)}\n  got      {_fmt(actual)}"
+        )
+
+
+def _is_stub(answer: object) -> bool:
+    return answer is None or answer is ...
+
+
+def check(exercise_id: str, answer: object, *, quiet: bool = False) -> CheckResult:
+    """Run the checker of ``exercise_id`` on ``answer``, print feedback and return the result.
+
+    Args:
+        exercise_id: e.g. ``"scoring.masked_softmax"``; see :func:`list_exercises`.
+        answer: what the exercise asks for (usually a function).
+        quiet: do not print.
+
+    Returns:
+        A :class:`CheckResult`. It never raises for a wrong or missing answer.
+    """
+    if exercise_id not in _CHECKERS:
+        raise KeyError(f"no exercise {exercise_id!r}; known: {', '.join(sorted(_CHECKERS))}")
+    fn, _ = _CHECKERS[exercise_id]
+    try:
+        if _is_stub(answer):
+            raise _NotAnswered
+        n = fn(answer) or 0
+        result = CheckResult(exercise_id, True, True,
+                             f"{exercise_id}: passed ({n} checks)." if n else
+                             f"{exercise_id}: passed.", n)
+    except (_NotAnswered, NotImplementedError):
+        result = CheckResult(exercise_id, False, False,
+                             f"{exercise_id}: not answered yet (replace the "
+                             "`raise NotImplementedError` with your code and run the cell again).")
+    except ExerciseFailure as failure:
+        result = CheckResult(exercise_id, True, False, f"{exercise_id}: not yet right. {failure}")
+    except Exception as error:  # the student's code crashed: show where, not our internals
+        frame = traceback.extract_tb(error.__traceback__)[-1]
+        result = CheckResult(
+            exercise_id, True, False,
+            f"{exercise_id}: your code raised {type(error).__name__}: {error} "
+            f"(line {frame.lineno}: {frame.line})",
+        )
+    if not quiet:
+        print(result.message)
+    return result

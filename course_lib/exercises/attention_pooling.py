@@ -1,0 +1,3 @@
+"""Checkers for the exercises of the attention_pooling chapter."""
+
+from __future__ import annotations

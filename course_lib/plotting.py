@@ -1,0 +1,127 @@
+"""Figures used across the book: attention heatmaps, kernels and regression fits.
+
+Models never plot; these functions take tensors and return the matplotlib figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import torch
+
+__all__ = ["show_heatmaps", "plot_kernels", "plot_regression", "plot_curves"]
+
+
+def _to_numpy(x):
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
+
+
+def show_heatmaps(matrices: torch.Tensor, xlabel: str = "Keys", ylabel: str = "Queries",
+                  titles: Sequence[str] | None = None, figsize: tuple[float, float] = (3.0, 3.0),
+                  cmap: str = "Reds", xticklabels: Sequence[str] | None = None,
+                  yticklabels: Sequence[str] | None = None, suptitle: str | None = None):
+    """Draw a grid of attention matrices (rows e.g. layers, columns e.g. heads).
+
+    Args:
+        matrices: (n_rows, n_cols, n_queries, n_keys), or (n_queries, n_keys) for one matrix.
+        xlabel, ylabel: axis labels (bottom row / first column).
+        titles: one title per column.
+        figsize: size of one panel.
+        xticklabels, yticklabels: token strings for the key and query axes.
+
+    Returns:
+        The matplotlib figure.
+    """
+    m = _to_numpy(matrices)
+    if m.ndim == 2:
+        m = m[None, None]
+    if m.ndim != 4:
+        raise ValueError(f"matrices must be 2-D or 4-D (rows, cols, n_q, n_k), got shape {m.shape}")
+    n_rows, n_cols = m.shape[:2]
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(figsize[0] * n_cols, figsize[1] * n_rows),
+                             sharex=True, sharey=True, squeeze=False)
+    image = None
+    for i in range(n_rows):
+        for j in range(n_cols):
+            ax = axes[i, j]
+            image = ax.imshow(m[i, j], cmap=cmap, vmin=0, aspect="auto")
+            if i == n_rows - 1:
+                ax.set_xlabel(xlabel)
+            if j == 0:
+                ax.set_ylabel(ylabel)
+            if titles is not None and i == 0:
+                ax.set_title(titles[j])
+            if xticklabels is not None:
+                ax.set_xticks(range(len(xticklabels)), xticklabels, rotation=90)
+            if yticklabels is not None:
+                ax.set_yticks(range(len(yticklabels)), yticklabels)
+    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
+
+
+def plot_kernels(kernels: Mapping[str, Callable[[torch.Tensor], torch.Tensor]],
+                 u_range: tuple[float, float] = (-2.5, 2.5), n_points: int = 501):
+    """Plot each kernel K(u) side by side, one panel per kernel.
+
+    Returns:
+        The matplotlib figure.
+    """
+    u = torch.linspace(*u_range, n_points)
+    fig, axes = plt.subplots(1, len(kernels), figsize=(3.0 * len(kernels), 2.6), sharey=True,
+                             squeeze=False)
+    for ax, (name, k) in zip(axes[0], kernels.items(), strict=True):
+        ax.plot(u.numpy(), _to_numpy(k(u)))
+        ax.set_title(name)
+        ax.set_xlabel("u = (x - x_i) / h")
+        ax.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("K(u)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_regression(x_train, y_train, x_query, y_true=None,
+                    predictions: Mapping[str, torch.Tensor] | None = None, ax=None,
+                    title: str | None = None):
+    """Scatter the training data and draw the true function and each prediction curve.
+
+    Returns:
+        The matplotlib axes.
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3.2))
+    ax.plot(_to_numpy(x_train), _to_numpy(y_train), "o", alpha=0.4, ms=4, label="training data")
+    if y_true is not None:
+        ax.plot(_to_numpy(x_query), _to_numpy(y_true), "k--", label="true f(x)")
+    for name, y_hat in (predictions or {}).items():
+        ax.plot(_to_numpy(x_query), _to_numpy(y_hat), label=name)
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_curves(curves: Mapping[str, Sequence[float]], xlabel: str = "epoch",
+                ylabel: str = "loss", logy: bool = False, ax=None, title: str | None = None):
+    """Plot named curves (losses, metrics) against their index.
+
+    Returns:
+        The matplotlib axes.
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3.2))
+    for name, ys in curves.items():
+        ax.plot(range(1, len(ys) + 1), list(ys), label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if logy:
+        ax.set_yscale("log")
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return ax

@@ -1,0 +1,263 @@
+r"""Attention scoring functions and the attention modules built on them (chapter 3).
+
+Each module computes scores :math:`a(\mathbf q, \mathbf k_i)`, turns them into weights with
+:func:`~course_lib.masking.masked_softmax` and returns the weighted sum of the values:
+
+.. math:: \operatorname{attention}(\mathbf q) = \sum_i \operatorname{softmax}(a(\mathbf q,
+   \mathbf k_i))\, \mathbf v_i .
+
+Shapes (defined once): ``queries: (batch, n_queries, d_q)``, ``keys: (batch, n_keys, d_k)``,
+``values: (batch, n_keys, d_v)``; outputs are ``(batch, n_queries, d_v)`` and the weights kept in
+``.attention_weights`` are ``(batch, n_queries, n_keys)``. Masks are ``True`` = attend.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ._validation import check_floating, check_ndim, check_positive, check_probability, check_same_size
+from .masking import masked_softmax
+
+__all__ = [
+    "dot_product_scores",
+    "additive_scores",
+    "bilinear_scores",
+    "cosine_scores",
+    "DotProductAttention",
+    "AdditiveAttention",
+    "BilinearAttention",
+    "CosineAttention",
+]
+
+
+def _check_qkv(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor | None,
+               same_dim: bool) -> None:
+    layout = {
+        "queries": "(batch, n_queries, d_q)",
+        "keys": "(batch, n_keys, d_k)",
+        "values": "(batch, n_keys, d_v)",
+    }
+    pairs = [("queries", queries), ("keys", keys)]
+    if values is not None:
+        pairs.append(("values", values))
+    for name, t in pairs:
+        check_floating(t, name)
+        check_ndim(t, name, 3, layout[name])
+    check_same_size(queries, "queries", 0, keys, "keys", 0)
+    if same_dim:
+        check_same_size(queries, "queries", 2, keys, "keys", 2)
+    if values is not None:
+        check_same_size(keys, "keys", 0, values, "values", 0)
+        check_same_size(keys, "keys", 1, values, "values", 1)
+
+
+def dot_product_scores(queries: torch.Tensor, keys: torch.Tensor, scaled: bool = True) -> torch.Tensor:
+    r"""Scores :math:`\mathbf q^\top \mathbf k / \sqrt d` (or unscaled :math:`\mathbf q^\top \mathbf k`).
+
+    Args:
+        queries: (batch, n_queries, d)
+        keys: (batch, n_keys, d)
+        scaled: divide by :math:`\sqrt d` so that the scores keep unit variance when the
+            entries of q and k do (chapter 3).
+
+    Returns:
+        (batch, n_queries, n_keys)
+    """
+    _check_qkv(queries, keys, None, same_dim=True)
+    scores = torch.bmm(queries, keys.transpose(1, 2))
+    return scores / math.sqrt(queries.shape[-1]) if scaled else scores
+
+
+def additive_scores(queries: torch.Tensor, keys: torch.Tensor, W_q: torch.Tensor,
+                    W_k: torch.Tensor, w_v: torch.Tensor) -> torch.Tensor:
+    r"""Additive (Bahdanau) scores :math:`\mathbf w_v^\top \tanh(\mathbf W_q \mathbf q + \mathbf W_k \mathbf k)`.
+
+    Args:
+        queries: (batch, n_queries, d_q)
+        keys: (batch, n_keys, d_k)
+        W_q: (h, d_q);  W_k: (h, d_k);  w_v: (h,)
+
+    Returns:
+        (batch, n_queries, n_keys)
+    """
+    _check_qkv(queries, keys, None, same_dim=False)
+    q = queries @ W_q.T  # (batch, n_queries, h)
+    k = keys @ W_k.T  # (batch, n_keys, h)
+    # Broadcast every query against every key: (batch, n_queries, n_keys, h).
+    features = torch.tanh(q.unsqueeze(2) + k.unsqueeze(1))
+    return features @ w_v
+
+
+def bilinear_scores(queries: torch.Tensor, keys: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    r"""Bilinear (Luong "general") scores :math:`\mathbf q^\top \mathbf W \mathbf k`.
+
+    Args:
+        queries: (batch, n_queries, d_q)
+        keys: (batch, n_keys, d_k)
+        W: (d_q, d_k)
+
+    Returns:
+        (batch, n_queries, n_keys)
+    """
+    _check_qkv(queries, keys, None, same_dim=False)
+    if W.shape != (queries.shape[-1], keys.shape[-1]):
+        raise ValueError(
+            f"W must have shape (d_q, d_k) = ({queries.shape[-1]}, {keys.shape[-1]}) for queries "
+            f"of shape {tuple(queries.shape)} and keys of shape {tuple(keys.shape)}, got "
+            f"{tuple(W.shape)}"
+        )
+    return torch.bmm(queries @ W, keys.transpose(1, 2))
+
+
+def cosine_scores(queries: torch.Tensor, keys: torch.Tensor, temperature: float = 1.0,
+                  eps: float = 1e-8) -> torch.Tensor:
+    r"""Cosine-similarity scores :math:`\cos(\mathbf q, \mathbf k) / \tau`.
+
+    Bounded in :math:`[-1/\tau, 1/\tau]` whatever the norms, so no scaling with d is needed.
+
+    Args:
+        queries: (batch, n_queries, d);  keys: (batch, n_keys, d)
+        temperature: :math:`\tau > 0`; small values sharpen the weights.
+        eps: guards the division for zero vectors (their score is 0).
+
+    Returns:
+        (batch, n_queries, n_keys)
+    """
+    _check_qkv(queries, keys, None, same_dim=True)
+    check_positive(temperature, "temperature")
+    q = queries / queries.norm(dim=-1, keepdim=True).clamp_min(eps)
+    k = keys / keys.norm(dim=-1, keepdim=True).clamp_min(eps)
+    return torch.bmm(q, k.transpose(1, 2)) / temperature
+
+
+class _ScoredAttention(nn.Module):
+    """Shared forward: scores -> masked softmax -> dropout -> weighted sum of the values."""
+
+    _same_dim = True
+
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__()
+        check_probability(dropout, "dropout")
+        self.dropout = nn.Dropout(dropout)
+        self.attention_weights: torch.Tensor | None = None
+
+    def score(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                valid_lens: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Attend from each query to the (valid) keys and pool their values.
+
+        Args:
+            queries: (batch, n_queries, d_q)
+            keys: (batch, n_keys, d_k)
+            values: (batch, n_keys, d_v)
+            valid_lens: optional (batch,) or (batch, n_queries): keys ``j >= valid_lens`` are
+                ignored.
+            mask: optional bool, broadcastable to (batch, n_queries, n_keys), ``True`` = attend.
+
+        Returns:
+            (batch, n_queries, d_v); the weights (batch, n_queries, n_keys) are kept in
+            ``self.attention_weights`` (detached) for plotting.
+        """
+        _check_qkv(queries, keys, values, same_dim=self._same_dim)
+        weights = masked_softmax(self.score(queries, keys), valid_lens, mask)
+        self.attention_weights = weights.detach()
+        return torch.bmm(self.dropout(weights), values)
+
+
+class DotProductAttention(_ScoredAttention):
+    r"""Scaled dot-product attention, :math:`\operatorname{softmax}(\mathbf Q \mathbf K^\top/\sqrt d)\mathbf V`.
+
+    Args:
+        dropout: dropout rate on the attention weights (training mode only).
+        scaled: divide the scores by :math:`\sqrt d` (``False`` gives plain dot-product scores).
+    """
+
+    def __init__(self, dropout: float = 0.0, scaled: bool = True) -> None:
+        super().__init__(dropout)
+        self.scaled = scaled
+
+    def score(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return dot_product_scores(queries, keys, scaled=self.scaled)
+
+
+class AdditiveAttention(_ScoredAttention):
+    r"""Additive attention: scores :math:`\mathbf w_v^\top\tanh(\mathbf W_q\mathbf q + \mathbf W_k\mathbf k)`.
+
+    Queries and keys may have different sizes. With ``query_size``/``key_size`` left ``None`` the
+    projections are ``nn.LazyLinear`` and take their input size from the first call (as in D2L).
+
+    Args:
+        num_hiddens: h, the size of the hidden layer.
+        dropout: dropout rate on the attention weights.
+        query_size, key_size: d_q and d_k, when known up front.
+    """
+
+    _same_dim = False
+
+    def __init__(self, num_hiddens: int, dropout: float = 0.0, query_size: int | None = None,
+                 key_size: int | None = None) -> None:
+        super().__init__(dropout)
+        self.W_q = nn.Linear(query_size, num_hiddens, bias=False) if query_size else nn.LazyLinear(
+            num_hiddens, bias=False)
+        self.W_k = nn.Linear(key_size, num_hiddens, bias=False) if key_size else nn.LazyLinear(
+            num_hiddens, bias=False)
+        self.w_v = nn.Linear(num_hiddens, 1, bias=False)
+
+    def score(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        for name, t, layer in (("queries", queries, self.W_q), ("keys", keys, self.W_k)):
+            if isinstance(layer, nn.Linear) and not isinstance(layer, nn.LazyLinear) and (
+                    t.shape[-1] != layer.in_features):
+                raise ValueError(
+                    f"{name} has size {t.shape[-1]} in its last axis (shape {tuple(t.shape)}) but "
+                    f"this AdditiveAttention was built for {layer.in_features}"
+                )
+        features = torch.tanh(self.W_q(queries).unsqueeze(2) + self.W_k(keys).unsqueeze(1))
+        return self.w_v(features).squeeze(-1)  # (batch, n_queries, n_keys)
+
+
+class BilinearAttention(_ScoredAttention):
+    r"""Bilinear (Luong "general") attention, :math:`a(\mathbf q,\mathbf k) = \mathbf q^\top\mathbf W\mathbf k`.
+
+    Args:
+        query_size: d_q.
+        key_size: d_k (defaults to d_q).
+        dropout: dropout rate on the attention weights.
+        scaled: divide the scores by :math:`\sqrt{d_k}` as in scaled dot product.
+    """
+
+    _same_dim = False
+
+    def __init__(self, query_size: int, key_size: int | None = None, dropout: float = 0.0,
+                 scaled: bool = False) -> None:
+        super().__init__(dropout)
+        key_size = query_size if key_size is None else key_size
+        self.W = nn.Parameter(torch.empty(query_size, key_size))
+        nn.init.xavier_uniform_(self.W)
+        self.scaled = scaled
+
+    def score(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        scores = bilinear_scores(queries, keys, self.W)
+        return scores / math.sqrt(keys.shape[-1]) if self.scaled else scores
+
+
+class CosineAttention(_ScoredAttention):
+    r"""Attention with cosine-similarity scores :math:`\cos(\mathbf q,\mathbf k)/\tau`.
+
+    Args:
+        temperature: :math:`\tau > 0`.
+        dropout: dropout rate on the attention weights.
+    """
+
+    def __init__(self, temperature: float = 0.1, dropout: float = 0.0) -> None:
+        super().__init__(dropout)
+        check_positive(temperature, "temperature")
+        self.temperature = temperature
+
+    def score(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return cosine_scores(queries, keys, self.temperature)
