@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
-.PHONY: venv book test lint unit nbval bench clean
+.PHONY: venv book test lint unit nbval bench assignments clean
 
 venv: $(STAMP)
 
@@ -39,6 +39,10 @@ nbval: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+# dist/student (solutions removed, checkers kept) and dist/instructor, from book/
+assignments: $(STAMP)
+	$(BIN)/python -m course_lib.assignments book dist
 
 clean:
 	rm -rf _build book/_build dist

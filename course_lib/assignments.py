@@ -1,0 +1,154 @@
+"""Student and instructor versions of the book's notebooks (``make assignments``).
+
+The book's notebooks are the instructor versions: every exercise has its worked solution. A student
+version removes exactly the solutions and keeps everything else:
+
+- the cells from a markdown cell holding ```` ```{solution-start} label ```` to the one holding
+  ```` ```{solution-end} ```` (inclusive): the gated form, used when a solution contains code;
+- ```` ```{solution} label ```` blocks in markdown cells (text solutions); a cell left empty is dropped;
+- all outputs, which could reveal answers (a checker's "passed", a solution's plot).
+
+The stub cells (``raise NotImplementedError``) and the checker calls stay, so a student notebook runs
+top to bottom and each unanswered exercise reports "not answered yet".
+
+Usage::
+
+    python -m course_lib.assignments book dist     # writes dist/student/ and dist/instructor/
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+
+__all__ = ["strip_solutions", "solution_sources", "make_assignments"]
+
+_START = re.compile(r"```+\s*\{solution-start\}")
+_END = re.compile(r"```+\s*\{solution-end\}")
+# A fenced {solution} directive: the opening fence (3+ backticks or colons) up to the same fence.
+_SOLUTION_BLOCK = re.compile(
+    r"^(?P<fence>`{3,}|:{3,})[ \t]*\{solution\}.*?^(?P=fence)[ \t]*$\n?", re.MULTILINE | re.DOTALL
+)
+
+STUDENT_BANNER = (
+    "**Student version.** The worked solutions of the exercises are removed. Write your answer in "
+    "each exercise's code cell and run the checker cell below it: it says what is still wrong, "
+    "or *not answered yet* while the stub is unchanged."
+)
+
+
+def _is_start(cell) -> bool:
+    return cell.cell_type == "markdown" and bool(_START.search(cell.source))
+
+
+def _is_end(cell) -> bool:
+    return cell.cell_type == "markdown" and bool(_END.search(cell.source))
+
+
+def solution_sources(nb: nbformat.NotebookNode) -> list[str]:
+    """The source of every solution: the cells of each gated block and each ``{solution}`` block."""
+    sources, inside = [], False
+    for cell in nb.cells:
+        if _is_start(cell):
+            inside = True
+            continue
+        if _is_end(cell):
+            inside = False
+            continue
+        if inside:
+            sources.append(cell.source)
+        elif cell.cell_type == "markdown":
+            sources.extend(m.group(0) for m in _SOLUTION_BLOCK.finditer(cell.source))
+    return sources
+
+
+def strip_solutions(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Return a copy of ``nb`` without solutions and without outputs (the student version).
+
+    Raises:
+        ValueError: a ``{solution-start}`` without its ``{solution-end}`` (or the reverse), which
+            would otherwise silently drop the rest of the notebook.
+    """
+    out = copy.deepcopy(nb)
+    cells, inside = [], False
+    for index, cell in enumerate(out.cells):
+        if _is_start(cell):
+            if inside:
+                raise ValueError(f"cell {index}: solution-start inside another solution block")
+            inside = True
+            continue
+        if _is_end(cell):
+            if not inside:
+                raise ValueError(f"cell {index}: solution-end without a solution-start")
+            inside = False
+            continue
+        if inside:
+            continue
+        if cell.cell_type == "markdown" and "{solution}" in cell.source:
+            cell.source = _SOLUTION_BLOCK.sub("", cell.source).strip()
+            if not cell.source:
+                continue
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+        cells.append(cell)
+    if inside:
+        raise ValueError("a solution-start has no matching solution-end")
+    if cells and cells[0].cell_type == "markdown":
+        # Keep the title first: the banner goes right after it.
+        cells.insert(1, nbformat.v4.new_markdown_cell(STUDENT_BANNER))
+    out.cells = cells
+    return out
+
+
+def make_assignments(book_dir: str | Path, out_dir: str | Path) -> dict[str, list[Path]]:
+    """Write ``out_dir/student`` and ``out_dir/instructor`` from the notebooks in ``book_dir``.
+
+    Only notebooks with at least one exercise are written. Returns the written paths per version.
+    """
+    book_dir, out_dir = Path(book_dir), Path(out_dir)
+    if not book_dir.is_dir():
+        raise FileNotFoundError(f"book directory {book_dir} does not exist")
+    written: dict[str, list[Path]] = {"student": [], "instructor": []}
+    for version in written:
+        target = out_dir / version
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+    for path in sorted(book_dir.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        if not any("{exercise" in c.source for c in nb.cells if c.cell_type == "markdown"):
+            continue
+        instructor = out_dir / "instructor" / path.name
+        shutil.copyfile(path, instructor)
+        student = out_dir / "student" / path.name
+        nbformat.write(strip_solutions(nb), student)
+        written["instructor"].append(instructor)
+        written["student"].append(student)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course_lib.assignments",
+                                     description="Write student and instructor notebooks.")
+    parser.add_argument("book_dir", nargs="?", default="book")
+    parser.add_argument("out_dir", nargs="?", default="dist")
+    args = parser.parse_args(argv)
+    try:
+        written = make_assignments(args.book_dir, args.out_dir)
+    except (OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for version, paths in written.items():
+        print(f"{version}: {len(paths)} notebooks in {Path(args.out_dir) / version}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
