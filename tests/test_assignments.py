@@ -131,3 +131,22 @@ def test_instructor_notebooks_pass_every_checker_they_call(dist):
             assert "passed" in text and "not yet right" not in text and "not answered" not in text, (
                 f"{path.name}: checker cell {cell.source!r} printed {text!r}"
             )
+
+
+def _student_notebooks() -> list[str]:
+    return [p.name for p in sorted(BOOK.glob("*.ipynb")) if "{exercise}" in p.read_text()]
+
+
+@pytest.mark.parametrize("name", _student_notebooks())
+def test_student_notebook_runs_top_to_bottom_and_reports_not_answered(name, dist):
+    from nbclient import NotebookClient
+
+    out, _ = dist
+    nb = nbformat.read(out / "student" / name, as_version=4)
+    NotebookClient(nb, timeout=900, kernel_name="python3",
+                   resources={"metadata": {"path": str(BOOK)}}).execute()
+    checker_cells = [c for c in nb.cells if c.cell_type == "code" and "check(" in c.source]
+    assert checker_cells
+    for cell in checker_cells:
+        text = "".join(o.get("text", "") for o in cell.outputs)
+        assert "not answered yet" in text, f"{name}: checker cell {cell.source!r} printed {text!r}"
