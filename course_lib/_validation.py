@@ -6,6 +6,7 @@ with the argument's name and the shapes involved instead of a cryptic error from
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import torch
@@ -60,12 +61,26 @@ def check_positive(value: float, name: str) -> None:
 
 
 def check_positive_int(value: object, name: str) -> int:
-    """Raise unless ``value`` is a positive ``int`` (bools are rejected)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    """Raise unless ``value`` is a positive integer (NumPy integers too; bools are rejected)."""
+    check_int(value, name)
     if value <= 0:
         raise ValueError(f"{name} must be positive, got {value}")
-    return value
+    return int(value)
+
+
+def check_non_negative_int(value: object, name: str) -> int:
+    """Raise unless ``value`` is an integer ``>= 0`` (a size or a count; bools are rejected)."""
+    check_int(value, name)
+    if value < 0:
+        raise ValueError(f"{name} must be non-negative, got {value}")
+    return int(value)
+
+
+def check_int(value: object, name: str) -> int:
+    """Raise ``TypeError`` unless ``value`` is an integer (``int`` or NumPy integer, not ``bool``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    return int(value)
 
 
 def check_probability(value: float, name: str) -> None:

@@ -17,6 +17,19 @@ from ._validation import check_floating, check_ndim, check_same_size
 __all__ = ["attention_pool", "softmax_attention", "parameter_free_self_attention"]
 
 
+def _check_batch_axes(**tensors: torch.Tensor) -> None:
+    """Raise ``ValueError`` unless the leading (batch) axes, all but the last two, broadcast."""
+    try:
+        torch.broadcast_shapes(*(t.shape[:-2] for t in tensors.values()))
+    except RuntimeError:
+        shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in tensors.items())
+        raise ValueError(f"the leading (batch) axes do not broadcast: {shapes}") from None
+    dtypes = {t.dtype for t in tensors.values()}
+    if len(dtypes) > 1:
+        names = ", ".join(f"{name} {t.dtype}" for name, t in tensors.items())
+        raise TypeError(f"the inputs must share a dtype, got {names}")
+
+
 def attention_pool(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     r"""Weighted sum of the values, :math:`\sum_i \alpha_i \mathbf v_i` for every query.
 
@@ -35,6 +48,7 @@ def attention_pool(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
             f"got {tuple(weights.shape)} and {tuple(values.shape)}"
         )
     check_same_size(weights, "weights", -1, values, "values", -2)
+    _check_batch_axes(weights=weights, values=values)
     return weights @ values
 
 
@@ -58,6 +72,7 @@ def softmax_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.T
             raise ValueError(f"{name} must be at least 2-D, got shape {tuple(t.shape)}")
     check_same_size(queries, "queries", -1, keys, "keys", -1)
     check_same_size(keys, "keys", -2, values, "values", -2)
+    _check_batch_axes(queries=queries, keys=keys, values=values)
     weights = torch.softmax(queries @ keys.transpose(-2, -1), dim=-1)
     return weights @ values, weights
 

@@ -21,27 +21,61 @@ from collections.abc import Callable
 
 import torch
 
+from ._validation import check_floating
+
 __all__ = ["gaussian_kernel", "boxcar_kernel", "triangular_kernel", "epanechnikov_kernel",
            "KERNELS", "get_kernel"]
 
 
 def gaussian_kernel(u: torch.Tensor) -> torch.Tensor:
-    r"""Gaussian kernel :math:`\exp(-u^2/2)`; ``u`` of any shape."""
+    r"""Gaussian kernel :math:`K(u) = \exp(-u^2/2)`.
+
+    Args:
+        u: floating tensor of any shape, the scaled distances :math:`(x - x_i)/h`.
+
+    Returns:
+        Tensor shaped like ``u``, in :math:`(0, 1]`.
+    """
+    check_floating(u, "u")
     return torch.exp(-u.pow(2) / 2)
 
 
 def boxcar_kernel(u: torch.Tensor) -> torch.Tensor:
-    r"""Boxcar kernel: 1 where :math:`|u| \le 1`, else 0."""
+    r"""Boxcar kernel: :math:`K(u) = 1` where :math:`|u| \le 1`, else 0.
+
+    Args:
+        u: floating tensor of any shape, the scaled distances :math:`(x - x_i)/h`.
+
+    Returns:
+        Tensor shaped like ``u`` of zeros and ones.
+    """
+    check_floating(u, "u")
     return (u.abs() <= 1).to(u.dtype)
 
 
 def triangular_kernel(u: torch.Tensor) -> torch.Tensor:
-    r"""Triangular kernel :math:`\max(0, 1-|u|)` (called "Epanechnikov" in D2L and the notes)."""
+    r"""Triangular kernel :math:`K(u) = \max(0, 1-|u|)` (called "Epanechnikov" in D2L and the notes).
+
+    Args:
+        u: floating tensor of any shape, the scaled distances :math:`(x - x_i)/h`.
+
+    Returns:
+        Tensor shaped like ``u``, in :math:`[0, 1]`.
+    """
+    check_floating(u, "u")
     return (1 - u.abs()).clamp_min(0)
 
 
 def epanechnikov_kernel(u: torch.Tensor) -> torch.Tensor:
-    r"""Classical Epanechnikov kernel :math:`\tfrac34 (1-u^2)_+`."""
+    r"""Classical Epanechnikov kernel :math:`K(u) = \tfrac34 (1-u^2)_+`.
+
+    Args:
+        u: floating tensor of any shape, the scaled distances :math:`(x - x_i)/h`.
+
+    Returns:
+        Tensor shaped like ``u``, in :math:`[0, 3/4]`.
+    """
+    check_floating(u, "u")
     return 0.75 * (1 - u.pow(2)).clamp_min(0)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ._validation import check_ndim, check_tensor
+from ._validation import check_ndim, check_non_negative_int, check_tensor
 
 
 def sequence_mask(X: torch.Tensor, valid_len: torch.Tensor, value: float = 0.0) -> torch.Tensor:
@@ -51,6 +51,8 @@ def lengths_to_mask(valid_lens: torch.Tensor, max_len: int) -> torch.Tensor:
     Returns:
         (..., max_len) bool tensor, ``True`` = attend.
     """
+    check_tensor(valid_lens, "valid_lens")
+    check_non_negative_int(max_len, "max_len")
     positions = torch.arange(max_len, device=valid_lens.device)
     return positions < valid_lens.unsqueeze(-1)
 
@@ -62,7 +64,9 @@ def causal_mask(n_queries: int, n_keys: int | None = None,
     Returns:
         (n_queries, n_keys) bool tensor, ``True`` = attend.
     """
+    check_non_negative_int(n_queries, "n_queries")
     n_keys = n_queries if n_keys is None else n_keys
+    check_non_negative_int(n_keys, "n_keys")
     return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril()
 
 
@@ -134,6 +138,12 @@ def masked_softmax(X: torch.Tensor, valid_lens: torch.Tensor | None = None,
     Returns:
         Weights shaped like ``X``: non-negative, each row sums to 1 over its valid keys, masked
         keys get exactly 0, and a row with no valid key is all zeros (not NaN).
+
+    Raises:
+        TypeError: ``X`` is not a floating-point tensor, or ``mask`` is not boolean.
+        ValueError: ``valid_lens`` has the wrong shape or holds negative, non-integer or too large
+            lengths; ``valid_lens`` is given for scores that are not 3-D; ``mask`` does not
+            broadcast to the shape of ``X``.
     """
     check_tensor(X, "X")
     if not X.is_floating_point():
@@ -149,12 +159,16 @@ def masked_softmax(X: torch.Tensor, valid_lens: torch.Tensor | None = None,
         if mask.dtype != torch.bool:
             raise TypeError(f"mask must be a bool tensor (True = attend), got dtype {mask.dtype}")
         try:
-            torch.broadcast_shapes(mask.shape, X.shape)
+            broadcast = torch.broadcast_shapes(mask.shape, X.shape)
         except RuntimeError:
+            broadcast = None
+        # The mask must broadcast *to* X: a mask with extra or longer axes would silently
+        # return weights of a different shape than the scores.
+        if broadcast != X.shape:
             raise ValueError(
                 f"mask of shape {tuple(mask.shape)} does not broadcast to X of shape "
                 f"{tuple(X.shape)}"
-            ) from None
+            )
         keep = mask if keep is None else keep & mask
     keep = keep.to(X.device)
     # The most negative finite value, not -inf: a fully masked row then stays finite (uniform

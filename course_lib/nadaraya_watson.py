@@ -18,7 +18,14 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from ._validation import check_floating, check_ndim, check_positive, check_same_size
+from ._validation import (
+    check_floating,
+    check_ndim,
+    check_non_negative_int,
+    check_positive,
+    check_same_size,
+    check_tensor,
+)
 from .kernels import gaussian_kernel, get_kernel
 
 __all__ = ["nadaraya_watson", "NWKernelRegression", "fit_nw_kernel_regression",
@@ -51,12 +58,29 @@ def nadaraya_watson(x_train: torch.Tensor, y_train: torch.Tensor, x_query: torch
     A compact kernel gives no weight to points farther than h. A query with no training point
     within reach has no estimate: its ``y_hat`` and its row of ``weights`` are NaN and a
     ``RuntimeWarning`` says how many queries this hit (never a silent number such as 0).
+
+    Raises:
+        ValueError: unknown kernel name, ``bandwidth <= 0``, ``x_train``/``y_train`` of different
+            lengths, ``x_query`` of another input dimension than ``x_train``, or a kernel that
+            returns negative values.
+        TypeError: non-floating inputs, or inputs of different dtypes.
     """
     X, Q = _as_2d(x_train, "x_train"), _as_2d(x_query, "x_query")
     check_floating(y_train, "y_train")
     check_ndim(y_train, "y_train", (1, 2), "(n,) or (n, m)")
-    check_same_size(X, "x_train", 0, y_train, "y_train", 0)
-    check_same_size(Q, "x_query", 1, X, "x_train", 1)
+    # Quote the shapes as given (not the (n, 1) views) so the message matches the caller's code.
+    check_same_size(x_train, "x_train", 0, y_train, "y_train", 0)
+    if Q.shape[1] != X.shape[1]:
+        raise ValueError(
+            f"x_query and x_train must have the same input dimension d: x_query has shape "
+            f"{tuple(x_query.shape)} (d={Q.shape[1]}) and x_train has shape {tuple(x_train.shape)} "
+            f"(d={X.shape[1]})"
+        )
+    if not x_train.dtype == x_query.dtype == y_train.dtype:
+        raise TypeError(
+            f"x_train, y_train and x_query must share a dtype, got {x_train.dtype}, {y_train.dtype} "
+            f"and {x_query.dtype}"
+        )
     check_positive(bandwidth, "bandwidth")
     # Distances (q, n): squared for the Gaussian, plain for the compact kernels.
     diff = (Q[:, None, :] - X[None, :, :]) / bandwidth  # (q, n, d)
@@ -119,6 +143,7 @@ class NWKernelRegression(nn.Module):
         check_ndim(queries, "queries", 1, "(n_queries,)")
         check_floating(keys, "keys")
         check_ndim(keys, "keys", (1, 2), "(n_keys,) or (n_queries, n_keys)")
+        check_floating(values, "values")
         if values.shape != keys.shape:
             raise ValueError(
                 f"values must have the shape of keys {tuple(keys.shape)}, got {tuple(values.shape)}"
@@ -141,6 +166,8 @@ def leave_one_out(x: torch.Tensor) -> torch.Tensor:
     Returns:
         (n, n - 1); row i is ``x`` without ``x[i]``.
     """
+    check_tensor(x, "x")
+    check_ndim(x, "x", 1, "(n,)")
     n = len(x)
     keep = ~torch.eye(n, dtype=torch.bool, device=x.device)
     return x.expand(n, n)[keep].reshape(n, n - 1)
@@ -167,7 +194,10 @@ def fit_nw_kernel_regression(x_train: torch.Tensor, y_train: torch.Tensor, epoch
     check_floating(x_train, "x_train")
     check_ndim(x_train, "x_train", 1, "(n,)")
     check_floating(y_train, "y_train")
+    check_ndim(y_train, "y_train", 1, "(n,)")
     check_same_size(x_train, "x_train", 0, y_train, "y_train", 0)
+    check_non_negative_int(epochs, "epochs")
+    check_positive(lr, "lr")
     if len(x_train) < 2:
         raise ValueError(f"need at least 2 training points for leave-one-out, got {len(x_train)}")
     model = NWKernelRegression(init_w).to(x_train.device, x_train.dtype)

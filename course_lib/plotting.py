@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 import matplotlib.pyplot as plt
+import numpy as np
 import torch
 
 __all__ = ["show_heatmaps", "plot_kernels", "plot_regression", "plot_curves"]
@@ -20,7 +21,8 @@ def _to_numpy(x):
 def show_heatmaps(matrices: torch.Tensor, xlabel: str = "Keys", ylabel: str = "Queries",
                   titles: Sequence[str] | None = None, figsize: tuple[float, float] = (3.0, 3.0),
                   cmap: str = "Reds", xticklabels: Sequence[str] | None = None,
-                  yticklabels: Sequence[str] | None = None, suptitle: str | None = None):
+                  yticklabels: Sequence[str] | None = None, suptitle: str | None = None,
+                  share_scale: bool = True):
     """Draw a grid of attention matrices (rows e.g. layers, columns e.g. heads).
 
     Args:
@@ -29,6 +31,10 @@ def show_heatmaps(matrices: torch.Tensor, xlabel: str = "Keys", ylabel: str = "Q
         titles: one title per column.
         figsize: size of one panel.
         xticklabels, yticklabels: token strings for the key and query axes.
+        suptitle: a title above the whole grid.
+        share_scale: one colour scale for all panels, from 0 to the largest entry of ``matrices``, with
+            one colour bar; ``False`` gives each panel its own scale and colour bar (for matrices of very
+            different magnitudes, e.g. sharp and flat attention).
 
     Returns:
         The matplotlib figure.
@@ -42,10 +48,14 @@ def show_heatmaps(matrices: torch.Tensor, xlabel: str = "Keys", ylabel: str = "Q
     fig, axes = plt.subplots(n_rows, n_cols, figsize=(figsize[0] * n_cols, figsize[1] * n_rows),
                              sharex=True, sharey=True, squeeze=False)
     image = None
+    # A single colour bar is only truthful if every panel uses the same colour scale.
+    vmax = float(np.nanmax(m)) if share_scale else None
     for i in range(n_rows):
         for j in range(n_cols):
             ax = axes[i, j]
-            image = ax.imshow(m[i, j], cmap=cmap, vmin=0, aspect="auto")
+            image = ax.imshow(m[i, j], cmap=cmap, vmin=0, vmax=vmax, aspect="auto")
+            if not share_scale:
+                fig.colorbar(image, ax=ax, shrink=0.8, label="attention weight" if j == n_cols - 1 else None)
             if i == n_rows - 1:
                 ax.set_xlabel(xlabel)
             if j == 0:
@@ -56,9 +66,10 @@ def show_heatmaps(matrices: torch.Tensor, xlabel: str = "Keys", ylabel: str = "Q
                 ax.set_xticks(range(len(xticklabels)), xticklabels, rotation=90)
             if yticklabels is not None:
                 ax.set_yticks(range(len(yticklabels)), yticklabels)
-    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    if share_scale:
+        fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
     if suptitle:
-        fig.suptitle(suptitle)
+        fig.suptitle(suptitle, y=1.02)  # above the panel titles
     return fig
 
 

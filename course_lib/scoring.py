@@ -18,7 +18,14 @@ import math
 import torch
 from torch import nn
 
-from ._validation import check_floating, check_ndim, check_positive, check_probability, check_same_size
+from ._validation import (
+    check_floating,
+    check_ndim,
+    check_positive,
+    check_positive_int,
+    check_probability,
+    check_same_size,
+)
 from .masking import masked_softmax
 
 __all__ = [
@@ -46,6 +53,11 @@ def _check_qkv(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor |
     for name, t in pairs:
         check_floating(t, name)
         check_ndim(t, name, 3, layout[name])
+    for name, t in pairs[1:]:
+        if t.dtype != queries.dtype:
+            raise TypeError(
+                f"queries and {name} must share a dtype, got {queries.dtype} and {t.dtype}"
+            )
     check_same_size(queries, "queries", 0, keys, "keys", 0)
     if same_dim:
         check_same_size(queries, "queries", 2, keys, "keys", 2)
@@ -84,6 +96,17 @@ def additive_scores(queries: torch.Tensor, keys: torch.Tensor, W_q: torch.Tensor
         (batch, n_queries, n_keys)
     """
     _check_qkv(queries, keys, None, same_dim=False)
+    for name, t in (("W_q", W_q), ("W_k", W_k), ("w_v", w_v)):
+        check_floating(t, name)
+    h = w_v.shape[0] if w_v.dim() == 1 else -1
+    expected = {"W_q": (h, queries.shape[-1]), "W_k": (h, keys.shape[-1]), "w_v": (h,)}
+    for name, t in (("w_v", w_v), ("W_q", W_q), ("W_k", W_k)):
+        if tuple(t.shape) != expected[name]:
+            raise ValueError(
+                f"additive_scores needs w_v: (h,), W_q: (h, d_q), W_k: (h, d_k) for queries of shape "
+                f"{tuple(queries.shape)} and keys of shape {tuple(keys.shape)}; got w_v "
+                f"{tuple(w_v.shape)}, W_q {tuple(W_q.shape)}, W_k {tuple(W_k.shape)}"
+            )
     q = queries @ W_q.T  # (batch, n_queries, h)
     k = keys @ W_k.T  # (batch, n_keys, h)
     # Broadcast every query against every key: (batch, n_queries, n_keys, h).
@@ -103,6 +126,7 @@ def bilinear_scores(queries: torch.Tensor, keys: torch.Tensor, W: torch.Tensor) 
         (batch, n_queries, n_keys)
     """
     _check_qkv(queries, keys, None, same_dim=False)
+    check_floating(W, "W")
     if W.shape != (queries.shape[-1], keys.shape[-1]):
         raise ValueError(
             f"W must have shape (d_q, d_k) = ({queries.shape[-1]}, {keys.shape[-1]}) for queries "
@@ -203,10 +227,14 @@ class AdditiveAttention(_ScoredAttention):
     def __init__(self, num_hiddens: int, dropout: float = 0.0, query_size: int | None = None,
                  key_size: int | None = None) -> None:
         super().__init__(dropout)
-        self.W_q = nn.Linear(query_size, num_hiddens, bias=False) if query_size else nn.LazyLinear(
-            num_hiddens, bias=False)
-        self.W_k = nn.Linear(key_size, num_hiddens, bias=False) if key_size else nn.LazyLinear(
-            num_hiddens, bias=False)
+        check_positive_int(num_hiddens, "num_hiddens")
+        for name, size in (("query_size", query_size), ("key_size", key_size)):
+            if size is not None:
+                check_positive_int(size, name)
+        self.W_q = (nn.Linear(query_size, num_hiddens, bias=False) if query_size is not None
+                    else nn.LazyLinear(num_hiddens, bias=False))
+        self.W_k = (nn.Linear(key_size, num_hiddens, bias=False) if key_size is not None
+                    else nn.LazyLinear(num_hiddens, bias=False))
         self.w_v = nn.Linear(num_hiddens, 1, bias=False)
 
     def score(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -236,7 +264,8 @@ class BilinearAttention(_ScoredAttention):
     def __init__(self, query_size: int, key_size: int | None = None, dropout: float = 0.0,
                  scaled: bool = False) -> None:
         super().__init__(dropout)
-        key_size = query_size if key_size is None else key_size
+        check_positive_int(query_size, "query_size")
+        key_size = query_size if key_size is None else check_positive_int(key_size, "key_size")
         self.W = nn.Parameter(torch.empty(query_size, key_size))
         nn.init.xavier_uniform_(self.W)
         self.scaled = scaled

@@ -8,12 +8,15 @@ import random
 import numpy as np
 import torch
 
+from ._validation import check_int, check_non_negative_int
+
 
 def try_gpu(i: int = 0) -> torch.device:
     """Return ``cuda:i`` when that GPU exists, else the CPU.
 
     Notebooks call this once, so the same code runs on a laptop, in Colab and on a GPU machine.
     """
+    i = check_non_negative_int(i, "i")
     if torch.cuda.is_available() and torch.cuda.device_count() > i:
         return torch.device(f"cuda:{i}")
     return torch.device("cpu")
@@ -32,7 +35,14 @@ def set_seed(seed: int = 0, deterministic: bool = True) -> torch.Generator:
 
     Returns:
         A ``torch.Generator`` on the CPU seeded with ``seed``, for functions that take ``generator=``.
+
+    Raises:
+        TypeError: ``seed`` is not an int.
+        ValueError: ``seed`` is outside ``[0, 2**32)``, the range NumPy accepts.
     """
+    seed = check_int(seed, "seed")
+    if not 0 <= seed < 2**32:
+        raise ValueError(f"seed must be in [0, 2**32), got {seed}")
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device

@@ -1,0 +1,96 @@
+"""utils: seeding, device choice and parameter counting."""
+
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from course_lib.utils import num_parameters, set_seed, try_gpu
+
+
+@pytest.fixture
+def restore_determinism(monkeypatch):
+    """set_seed switches on deterministic algorithms globally: undo that after the test."""
+    # setenv first so that monkeypatch records the original state and restores it afterwards.
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "")
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    state = torch.random.get_rng_state()
+    yield
+    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+    torch.random.set_rng_state(state)
+
+
+def test_set_seed_makes_every_generator_reproducible(restore_determinism):
+    set_seed(123)
+    first = (torch.rand(5), random.random(), np.random.rand(3))
+    set_seed(123)
+    second = (torch.rand(5), random.random(), np.random.rand(3))
+    assert torch.equal(first[0], second[0])
+    assert first[1] == second[1]
+    assert np.array_equal(first[2], second[2])
+    set_seed(124)
+    assert not torch.equal(torch.rand(5), first[0])
+
+
+def test_set_seed_matches_torch_manual_seed(restore_determinism):
+    set_seed(7)
+    ours = torch.rand(4)
+    expected = torch.rand(4, generator=torch.Generator().manual_seed(7))
+    assert torch.equal(ours, expected)
+
+
+def test_set_seed_returns_a_generator_seeded_the_same_way(restore_determinism):
+    g = set_seed(42)
+    assert isinstance(g, torch.Generator) and g.device.type == "cpu"
+    assert g.initial_seed() == 42
+    assert torch.equal(torch.rand(6, generator=g), torch.rand(6, generator=torch.Generator().manual_seed(42)))
+
+
+def test_set_seed_requests_deterministic_algorithms_only_when_asked(restore_determinism):
+    torch.use_deterministic_algorithms(False)
+    set_seed(0, deterministic=False)
+    assert not torch.are_deterministic_algorithms_enabled()
+    set_seed(0)
+    assert torch.are_deterministic_algorithms_enabled()
+    assert torch.is_deterministic_algorithms_warn_only_enabled()
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"  # cuBLAS needs it for determinism
+
+
+@pytest.mark.parametrize(("seed", "error"), [(-1, ValueError), (2**32, ValueError), (1.5, TypeError),
+                                             ("0", TypeError), (True, TypeError)])
+def test_set_seed_rejects_bad_seeds(seed, error, restore_determinism):
+    with pytest.raises(error, match="seed must be"):
+        set_seed(seed)
+
+
+def test_try_gpu_returns_the_cpu_without_a_gpu():
+    expected = torch.device("cuda:0") if torch.cuda.is_available() else torch.device("cpu")
+    assert try_gpu() == expected
+    assert try_gpu(torch.cuda.device_count()) == torch.device("cpu")  # index past the last GPU
+    assert torch.zeros(1, device=try_gpu()).device.type == expected.type
+
+
+def test_try_gpu_rejects_a_negative_index():
+    with pytest.raises(ValueError, match="i must be non-negative"):
+        try_gpu(-1)
+    with pytest.raises(TypeError, match="i must be an int"):
+        try_gpu("cuda")
+
+
+def test_num_parameters_counts_weights_and_biases():
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2, bias=False))
+    assert num_parameters(model) == 3 * 4 + 4 + 4 * 2
+    model[0].weight.requires_grad_(False)
+    assert num_parameters(model) == 4 + 4 * 2
+    assert num_parameters(model, trainable_only=False) == 3 * 4 + 4 + 4 * 2
+    assert num_parameters(nn.ReLU()) == 0
+
+
+def test_set_seed_accepts_numpy_integers(restore_determinism):
+    set_seed(np.int64(5))
+    assert torch.equal(torch.rand(3), torch.rand(3, generator=torch.Generator().manual_seed(5)))
