@@ -3,7 +3,12 @@
 One module per chapter concept; everything a notebook uses is importable from here.
 """
 
+# Chapters 4-8: multi-head attention, positions, the Transformer, the RNN baseline, training and decoding.
+from . import data
 from .attention import attention_pool, parameter_free_self_attention, softmax_attention
+from .checkpoint import FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
+from .data import DataNotFoundError, Seq2SeqData, Vocab, load_dates, load_fra_eng
+from .decode import beam_search, default_max_len, greedy_decode, sequence_log_prob, translate
 from .kernels import (
     KERNELS,
     boxcar_kernel,
@@ -13,6 +18,8 @@ from .kernels import (
     triangular_kernel,
 )
 from .masking import causal_mask, lengths_to_mask, masked_softmax, sequence_mask, valid_lens_to_mask
+from .metrics import bleu, corpus_bleu, exact_match
+from .multihead import KVCache, MultiHeadAttention, store_attention_weights
 from .nadaraya_watson import (
     NWKernelRegression,
     fit_nw_kernel_regression,
@@ -20,6 +27,16 @@ from .nadaraya_watson import (
     nadaraya_watson,
 )
 from .plotting import plot_curves, plot_kernels, plot_regression, show_heatmaps
+from .positional import LearnedPositionalEmbedding, PositionalEncoding, sinusoidal_table
+from .rnn import (
+    BahdanauDecoder,
+    BahdanauSeq2Seq,
+    RNNDecoderState,
+    RNNEncoder,
+    Seq2SeqDecoder,
+    Seq2SeqRNN,
+    Seq2SeqRNNConfig,
+)
 from .scoring import (
     AdditiveAttention,
     BilinearAttention,
@@ -30,42 +47,111 @@ from .scoring import (
     cosine_scores,
     dot_product_scores,
 )
+from .train import (
+    TrainHistory,
+    evaluate,
+    evaluate_loss,
+    masked_cross_entropy,
+    predict_split,
+    train_seq2seq,
+    warmup_lr,
+)
+from .training_plots import plot_history
+from .transformer import (
+    AddNorm,
+    PositionWiseFFN,
+    Transformer,
+    TransformerConfig,
+    TransformerDecoder,
+    TransformerDecoderBlock,
+    TransformerDecoderState,
+    TransformerEncoder,
+    TransformerEncoderBlock,
+)
 from .utils import num_parameters, set_seed, try_gpu
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "KERNELS",
+    "AddNorm",
     "AdditiveAttention",
+    "BahdanauDecoder",
+    "BahdanauSeq2Seq",
     "BilinearAttention",
+    "CheckpointError",
     "CosineAttention",
+    "DataNotFoundError",
     "DotProductAttention",
+    "FORMAT_VERSION",
+    "KERNELS",
+    "KVCache",
+    "LearnedPositionalEmbedding",
+    "MultiHeadAttention",
     "NWKernelRegression",
+    "PositionWiseFFN",
+    "PositionalEncoding",
+    "RNNDecoderState",
+    "RNNEncoder",
+    "Seq2SeqData",
+    "Seq2SeqDecoder",
+    "Seq2SeqRNN",
+    "Seq2SeqRNNConfig",
+    "TrainHistory",
+    "Transformer",
+    "TransformerConfig",
+    "TransformerDecoder",
+    "TransformerDecoderBlock",
+    "TransformerDecoderState",
+    "TransformerEncoder",
+    "TransformerEncoderBlock",
+    "Vocab",
     "additive_scores",
     "attention_pool",
+    "beam_search",
     "bilinear_scores",
+    "bleu",
     "boxcar_kernel",
     "causal_mask",
+    "corpus_bleu",
     "cosine_scores",
+    "data",
+    "default_max_len",
     "dot_product_scores",
     "epanechnikov_kernel",
+    "evaluate",
+    "evaluate_loss",
+    "exact_match",
     "fit_nw_kernel_regression",
     "gaussian_kernel",
     "get_kernel",
-    "lengths_to_mask",
+    "greedy_decode",
     "leave_one_out",
+    "lengths_to_mask",
+    "load_checkpoint",
+    "load_dates",
+    "load_fra_eng",
+    "masked_cross_entropy",
     "masked_softmax",
     "nadaraya_watson",
     "num_parameters",
     "parameter_free_self_attention",
     "plot_curves",
+    "plot_history",
     "plot_kernels",
     "plot_regression",
+    "predict_split",
+    "save_checkpoint",
+    "sequence_log_prob",
     "sequence_mask",
     "set_seed",
     "show_heatmaps",
+    "sinusoidal_table",
     "softmax_attention",
+    "store_attention_weights",
+    "train_seq2seq",
+    "translate",
     "triangular_kernel",
     "try_gpu",
     "valid_lens_to_mask",
+    "warmup_lr",
 ]

@@ -1,0 +1,204 @@
+"""Saving and loading trained seq2seq models together with their vocabularies.
+
+A checkpoint is one ``torch.save`` file holding only plain data (dicts, lists, str, numbers,
+tensors), so :func:`load_checkpoint` reads it with ``torch.load(weights_only=True)``: loading a
+checkpoint never runs code from the file. The model is rebuilt from its class name and its config
+(a frozen dataclass stored as a dict), then the weights are loaded into it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .utils import try_gpu
+
+__all__ = ["CheckpointError", "FORMAT_VERSION", "save_checkpoint", "load_checkpoint"]
+
+FORMAT = "course_lib.seq2seq"
+FORMAT_VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A file that is not a usable course_lib checkpoint (corrupted, wrong format, mismatched weights)."""
+
+
+def _model_classes() -> dict[str, tuple[type[nn.Module], type]]:
+    """The models a checkpoint can rebuild: class name -> (model class, config class)."""
+    # Imported here, not at module level: the models import much more than a checkpoint needs.
+    from .rnn import BahdanauSeq2Seq, Seq2SeqRNN, Seq2SeqRNNConfig
+    from .transformer import Transformer, TransformerConfig
+
+    return {
+        "BahdanauSeq2Seq": (BahdanauSeq2Seq, Seq2SeqRNNConfig),
+        "Seq2SeqRNN": (Seq2SeqRNN, Seq2SeqRNNConfig),
+        "Transformer": (Transformer, TransformerConfig),
+    }
+
+
+def _check_plain(value: Any, where: str) -> None:
+    """Raise ``TypeError`` unless ``value`` is plain data that ``torch.load(weights_only=True)`` accepts."""
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_plain(item, f"{where}[{i}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, (str, int)):
+                raise TypeError(f"{where} has a key of type {type(key).__name__}; use str keys")
+            _check_plain(item, f"{where}[{key!r}]")
+        return
+    raise TypeError(
+        f"{where} holds a {type(value).__name__}; a checkpoint stores only dicts, lists, str, numbers, "
+        f"bools, None and tensors"
+    )
+
+
+def save_checkpoint(path: str | os.PathLike, model: nn.Module, src_vocab, tgt_vocab,
+                    meta: dict[str, Any] | None = None) -> Path:
+    """Write the model, its config and both vocabularies to ``path`` (atomically).
+
+    Args:
+        path: the file to write (parent folders are created).
+        model: a :class:`~course_lib.rnn.BahdanauSeq2Seq`, :class:`~course_lib.rnn.Seq2SeqRNN` or
+            :class:`~course_lib.transformer.Transformer` (anything with a frozen-dataclass ``config``
+            whose class is registered).
+        src_vocab, tgt_vocab: :class:`course_lib.data.Vocab` objects (stored with ``to_dict()``).
+        meta: optional plain data to keep alongside (task, tokenizer, metrics, ...).
+
+    Returns:
+        The path written.
+    """
+    classes = _model_classes()
+    name = type(model).__name__
+    if name not in classes or not isinstance(model, classes[name][0]):
+        raise TypeError(f"cannot checkpoint a {name}: known models are {sorted(classes)}")
+    config = getattr(model, "config", None)
+    if not dataclasses.is_dataclass(config) or not isinstance(config, classes[name][1]):
+        raise TypeError(f"model.config must be a {classes[name][1].__name__}, got {type(config).__name__}")
+    meta = {} if meta is None else meta
+    if not isinstance(meta, dict):
+        raise TypeError(f"meta must be a dict, got {type(meta).__name__}")
+    _check_plain(meta, "meta")
+    content = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "model_class": name,
+        "config": dataclasses.asdict(config),
+        "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "src_vocab": src_vocab.to_dict(),
+        "tgt_vocab": tgt_vocab.to_dict(),
+        "meta": meta,
+    }
+    _check_plain(content["config"], "config")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Write beside the target and rename, so an interrupted save never leaves a half-written file.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(content, f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
+
+
+def _check_state_dict(model: nn.Module, state_dict: dict, path: Path) -> None:
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state_dict))
+    unexpected = sorted(set(state_dict) - set(expected))
+    wrong = [f"{k} (checkpoint {tuple(state_dict[k].shape)}, model {tuple(expected[k].shape)})"
+             for k in sorted(set(expected) & set(state_dict))
+             if not isinstance(state_dict[k], torch.Tensor) or state_dict[k].shape != expected[k].shape]
+    problems = []
+    for label, items in (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong)):
+        if items:
+            more = f" and {len(items) - 3} more" if len(items) > 3 else ""
+            problems.append(f"{label}: {', '.join(items[:3])}{more}")
+    if problems:
+        raise CheckpointError(
+            f"{path}: the weights do not match the model its config describes ({'; '.join(problems)})"
+        )
+
+
+def load_checkpoint(path: str | os.PathLike, device: torch.device | str | None = None):
+    """Rebuild a model saved by :func:`save_checkpoint`, with its vocabularies.
+
+    Args:
+        path: the checkpoint file.
+        device: where to put the model; default :func:`course_lib.try_gpu`.
+
+    Returns:
+        ``(model, src_vocab, tgt_vocab, meta)``; the model is in eval mode.
+
+    Raises:
+        FileNotFoundError: no such file.
+        CheckpointError: the file is corrupted or truncated, is not a course_lib checkpoint, has an
+            unknown format version or model class, or holds weights that do not fit its config.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint file not found: {path}")
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        # torch's own message suggests weights_only=False, which would run code from the file: not shown.
+        raise CheckpointError(
+            f"{path} is not a readable checkpoint: the file is corrupted or truncated, or it holds objects "
+            f"that a safe (weights_only) load refuses ({type(e).__name__})"
+        ) from e
+    if not isinstance(content, dict) or content.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is a torch file but not a course_lib seq2seq checkpoint")
+    if content.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} has checkpoint format version {content.get('format_version')!r}; this course_lib "
+            f"reads version {FORMAT_VERSION}"
+        )
+    missing = [k for k in ("model_class", "config", "state_dict", "src_vocab", "tgt_vocab") if k not in content]
+    if missing:
+        raise CheckpointError(f"{path} lacks the entries {missing}")
+    classes = _model_classes()
+    name = content["model_class"]
+    if name not in classes:
+        raise CheckpointError(f"{path} holds a model of unknown class {name!r}; known: {sorted(classes)}")
+    model_class, config_class = classes[name]
+    try:
+        config = config_class(**content["config"])
+        model = model_class(config)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: its {name} config cannot build a model: {_first_line(e)}") from e
+    state_dict = content["state_dict"]
+    if not isinstance(state_dict, dict):
+        raise CheckpointError(f"{path}: state_dict is a {type(state_dict).__name__}, not a dict")
+    _check_state_dict(model, state_dict, path)
+    model.load_state_dict(state_dict)
+    from .data import Vocab
+
+    try:
+        src_vocab = Vocab.from_dict(content["src_vocab"])
+        tgt_vocab = Vocab.from_dict(content["tgt_vocab"])
+    except (TypeError, ValueError, KeyError) as e:
+        raise CheckpointError(f"{path}: the stored vocabularies are malformed: {_first_line(e)}") from e
+    for side, vocab in (("src", src_vocab), ("tgt", tgt_vocab)):
+        size = getattr(config, f"{side}_vocab_size", len(vocab))
+        if len(vocab) != size:
+            raise CheckpointError(
+                f"{path}: the {side} vocabulary has {len(vocab)} tokens but the model was built for {size}"
+            )
+    device = torch.device(device) if device is not None else try_gpu()
+    return model.to(device).eval(), src_vocab, tgt_vocab, content.get("meta", {})

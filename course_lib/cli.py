@@ -1,0 +1,219 @@
+"""Command line: train a translation model within a time budget, then translate with it.
+
+Usage::
+
+    python -m course_lib train --task dates --minutes 2 --out dates.pt
+    python -m course_lib train --task fra-eng --data path/to/fra.txt --model rnn --minutes 10
+    python -m course_lib translate --checkpoint dates.pt "March 3, 2001"
+    python -m course_lib translate --checkpoint dates.pt < dates.txt   # one output line per input line
+
+Errors (a missing file, a negative budget, a corrupt checkpoint, ...) print one line on stderr and
+exit with a non-zero status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from typing import NoReturn, TextIO
+
+__all__ = ["main", "build_parser"]
+
+PROG = "python -m course_lib"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (no usage block) on stderr."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**32), got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``python -m course_lib`` (sub-commands ``train`` and ``translate``)."""
+    parser = _Parser(prog=PROG, description="Train and use the course's translation models.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    train = commands.add_parser("train", help="train a model within a time budget and report held-out metrics")
+    train.add_argument("--task", required=True, choices=["dates", "fra-eng"],
+                       help="dates: date formats -> ISO (generated, character level); fra-eng: English -> "
+                            "French (word level, a tab-separated file)")
+    train.add_argument("--data", metavar="PATH",
+                       help="fra-eng only: a tab-separated file of sentence pairs (default: the shared copy "
+                            "found through COURSE_DATA_DIR)")
+    train.add_argument("--model", choices=["transformer", "rnn"], default="transformer",
+                       help="Transformer or GRU with Bahdanau attention (default: %(default)s)")
+    train.add_argument("--minutes", type=_positive_float, default=2.0,
+                       help="wall-clock training budget (default: %(default)s)")
+    train.add_argument("--epochs", type=_positive_int, help="stop after this many epochs if sooner")
+    train.add_argument("--examples", type=_positive_int,
+                       help="dates: pairs to generate; fra-eng: read only the first (shortest) pairs "
+                            "(default: the loader's)")
+    train.add_argument("--batch-size", type=_positive_int, default=64, help="default: %(default)s")
+    train.add_argument("--lr", type=_positive_float, help="peak learning rate (default: per model)")
+    train.add_argument("--seed", type=_seed, default=0, help="default: %(default)s")
+    train.add_argument("--beam-size", type=_positive_int, default=1,
+                       help="decoding for the held-out metrics: 1 = greedy (default)")
+    train.add_argument("--out", metavar="FILE", help="checkpoint to write (default: TASK-MODEL.pt)")
+    train.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: the GPU when there is one)")
+
+    tr = commands.add_parser("translate", help="translate sentences with a trained checkpoint")
+    tr.add_argument("--checkpoint", required=True, metavar="FILE", help="written by the train command")
+    tr.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin, one per line)")
+    tr.add_argument("--beam-size", type=_positive_int, default=1, help="1 = greedy (default)")
+    tr.add_argument("--batch-size", type=_positive_int, default=64, help="default: %(default)s")
+    tr.add_argument("--max-len", type=_positive_int, help="tokens to generate at most")
+    tr.add_argument("--device", help="default: the GPU when there is one")
+    return parser
+
+
+def _load_data(args: argparse.Namespace):
+    from . import data as data_lib
+
+    if args.task == "dates":
+        if args.data is not None:
+            raise ValueError("--data applies to --task fra-eng only (the dates task is generated)")
+        kwargs = {"seed": args.seed}
+        if args.examples is not None:
+            kwargs["n_examples"] = args.examples
+        return data_lib.load_dates(**kwargs)
+    return data_lib.load_fra_eng(path=args.data, seed=args.seed, max_examples=args.examples)
+
+
+def _build_model(kind: str, data):
+    src_size, tgt_size = len(data.src_vocab), len(data.tgt_vocab)
+    if kind == "rnn":
+        from .rnn import BahdanauSeq2Seq, Seq2SeqRNNConfig
+
+        config = Seq2SeqRNNConfig(src_size, tgt_size, embed_size=64, num_hiddens=128, num_layers=2, dropout=0.1)
+        return BahdanauSeq2Seq(config), {"lr": 3e-3, "warmup_steps": 0}
+    from .transformer import Transformer, TransformerConfig
+
+    config = TransformerConfig(src_size, tgt_size, num_hiddens=128, ffn_num_hiddens=256, num_heads=4,
+                               num_enc_layers=2, num_dec_layers=2, dropout=0.1)
+    return Transformer(config), {"lr": 1e-3, "warmup_steps": 200}
+
+
+def _train(args: argparse.Namespace, out: TextIO) -> int:
+    import torch
+
+    from .checkpoint import save_checkpoint
+    from .train import evaluate, train_seq2seq
+    from .utils import num_parameters, set_seed, try_gpu
+
+    device = torch.device(args.device) if args.device else try_gpu()
+    data = _load_data(args)
+    set_seed(args.seed)  # the model's initial weights
+    model, defaults = _build_model(args.model, data)
+    lr = args.lr if args.lr is not None else defaults["lr"]
+    print(f"{args.task}: {len(data.train)} train / {len(data.valid)} valid / {len(data.test)} test pairs; "
+          f"{args.model} with {num_parameters(model):,} parameters on {device}", file=out, flush=True)
+    history = train_seq2seq(model, data, minutes=args.minutes, epochs=args.epochs, lr=lr,
+                            batch_size=args.batch_size, warmup_steps=defaults["warmup_steps"], device=device,
+                            seed=args.seed, progress=sys.stderr.isatty())
+    valid = f"; valid loss {history.valid_loss[-1]:.3f}" if history.valid_loss else ""
+    print(f"trained {history.steps} steps ({history.epochs} full epochs) in {history.seconds:.1f} s, "
+          f"stopped by {history.stopped_by}; train loss {history.train_loss[-1]:.3f}{valid}", file=out, flush=True)
+    split = "test" if len(data.test) else "valid"
+    decoding = "beam" if args.beam_size > 1 else "greedy"
+    metrics = evaluate(model, data, split, decoding=decoding, beam_size=args.beam_size)
+    print(f"{split}: exact match {metrics['exact_match']:.3f}, BLEU {metrics['bleu']:.1f} "
+          f"({metrics['n']} sources, {decoding} decoding)", file=out, flush=True)
+    path = args.out if args.out else f"{args.task}-{args.model}.pt"
+    meta = {"task": args.task, "tokenizer": data.tokenizer, "data": getattr(data, "name", args.task),
+            "seed": args.seed, "steps": history.steps, "seconds": history.seconds,
+            "metrics": {"split": split, "exact_match": metrics["exact_match"], "bleu": metrics["bleu"],
+                        "n": metrics["n"], "decoding": decoding}}
+    save_checkpoint(path, model, data.src_vocab, data.tgt_vocab, meta=meta)
+    print(f"saved {path}", file=out, flush=True)
+    return 0
+
+
+def _translate(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
+    import torch
+
+    from .checkpoint import CheckpointError, load_checkpoint
+    from .decode import translate
+
+    device = torch.device(args.device) if args.device else None
+    model, src_vocab, tgt_vocab, meta = load_checkpoint(args.checkpoint, device=device)
+    tokenizer = meta.get("tokenizer")
+    if tokenizer not in ("char", "word"):
+        raise CheckpointError(
+            f"{args.checkpoint}: its meta data does not say how to tokenize (tokenizer={tokenizer!r})")
+
+    def run(lines: Sequence[str]) -> list[str]:
+        return translate(model, list(lines), src_vocab, tgt_vocab, tokenizer,
+                         decoding="beam" if args.beam_size > 1 else "greedy", beam_size=args.beam_size,
+                         max_len=args.max_len, batch_size=args.batch_size)
+
+    if args.sentences:
+        for line in run(args.sentences):
+            print(line, file=out)
+        return 0
+    if stdin.isatty():
+        # Interactive: answer each line as soon as it is typed.
+        for line in stdin:
+            print(run([line.rstrip("\r\n")])[0], file=out, flush=True)
+        return 0
+    lines = [line.rstrip("\r\n") for line in stdin]
+    for start in range(0, len(lines), args.batch_size):
+        for line in run(lines[start:start + args.batch_size]):
+            print(line, file=out)
+        out.flush()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    """Run the command line; returns the exit status (0 on success).
+
+    Args:
+        argv: the arguments without the program name (default ``sys.argv[1:]``).
+        stdin, stdout: streams to read sentences from and write results to (default the process's).
+    """
+    args = build_parser().parse_args(argv)
+    stdin = sys.stdin if stdin is None else stdin
+    stdout = sys.stdout if stdout is None else stdout
+    try:
+        if args.command == "train":
+            return _train(args, stdout)
+        return _translate(args, stdin, stdout)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except (OSError, ValueError, ImportError, RuntimeError) as e:
+        message = " ".join(str(e).split()) or type(e).__name__
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        return 1

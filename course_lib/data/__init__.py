@@ -1,0 +1,51 @@
+"""Data for the seq2seq chapters: vocabularies, padded batches, the dates task and English -> French pairs.
+
+Nothing here downloads anything: the dates task is generated with Babel, and the translation pairs
+are read from the course's data folder (:func:`data_dir`).
+"""
+
+from .batching import Batch, encode_sources, make_batch, pad_sequences
+from .dataset import SPLITS, Seq2SeqData, build_references, split_by_source
+from .dates import (
+    DATE_FORMATS,
+    DATE_LOCALES,
+    DEFAULT_YEARS,
+    ambiguous_date_strings,
+    date_formats,
+    date_target,
+    format_date_example,
+    load_dates,
+)
+from .paths import DATA_DIR_ENV, DataNotFoundError, data_dir, find_data_file
+from .translation import FRA_ENG_FILE, load_fra_eng, normalize_text, read_sentence_pairs, tokenize_words
+from .vocab import SPECIAL_TOKENS, Vocab
+
+__all__ = [
+    "DATA_DIR_ENV",
+    "DATE_FORMATS",
+    "DATE_LOCALES",
+    "DEFAULT_YEARS",
+    "FRA_ENG_FILE",
+    "SPECIAL_TOKENS",
+    "SPLITS",
+    "Batch",
+    "DataNotFoundError",
+    "Seq2SeqData",
+    "Vocab",
+    "ambiguous_date_strings",
+    "build_references",
+    "data_dir",
+    "date_formats",
+    "date_target",
+    "encode_sources",
+    "find_data_file",
+    "format_date_example",
+    "load_dates",
+    "load_fra_eng",
+    "make_batch",
+    "normalize_text",
+    "pad_sequences",
+    "read_sentence_pairs",
+    "split_by_source",
+    "tokenize_words",
+]

@@ -1,0 +1,347 @@
+r"""GRU encoder--decoders for sequence to sequence learning, with and without Bahdanau attention.
+
+The baseline the Transformer is compared with (chapter on Bahdanau attention, :cite:`bahdanau2015`).
+A GRU encoder reads the source; the decoder predicts one target token per step.
+
+- :class:`Seq2SeqRNN` squeezes the whole source into one fixed vector: the encoder's last hidden
+  state is the decoder's initial state and is concatenated to every decoder input (the bottleneck).
+- :class:`BahdanauSeq2Seq` lets the decoder look back at every encoder output. At step
+  :math:`t'` the previous decoder hidden state :math:`\mathbf s_{t'-1}` is the query of additive
+  attention over the encoder outputs :math:`\mathbf h_t` (keys and values):
+
+  .. math:: \mathbf c_{t'} = \sum_{t=1}^{T} \alpha(\mathbf s_{t'-1}, \mathbf h_t)\, \mathbf h_t ,
+
+  and :math:`[\mathbf c_{t'}; \mathbf e(y_{t'-1})]` is the GRU's input.
+
+Both implement the seq2seq protocol that :mod:`course_lib.decode` and :mod:`course_lib.train` rely
+on: ``forward`` (teacher forcing), ``encode``, ``init_decoder_state``, ``decode_step`` and
+``reorder_state``. Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``E`` embedding
+size, ``H`` hidden size, ``L`` layers, ``V`` target vocabulary size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from ._validation import check_ndim, check_positive_int, check_probability, check_tensor
+from .scoring import AdditiveAttention
+
+__all__ = [
+    "Seq2SeqRNNConfig",
+    "RNNDecoderState",
+    "RNNEncoder",
+    "Seq2SeqDecoder",
+    "BahdanauDecoder",
+    "Seq2SeqRNN",
+    "BahdanauSeq2Seq",
+]
+
+
+@dataclass(frozen=True)
+class Seq2SeqRNNConfig:
+    """Hyperparameters of a GRU encoder--decoder (what a checkpoint stores to rebuild the model).
+
+    Args:
+        src_vocab_size, tgt_vocab_size: vocabulary sizes (special tokens included).
+        embed_size: E, size of the token embeddings.
+        num_hiddens: H, size of the GRU hidden states (and of the attention's hidden layer).
+        num_layers: L, stacked GRU layers in the encoder and in the decoder.
+        dropout: dropout between GRU layers and on the attention weights.
+        pad_id: id of ``<pad>`` (its embedding gets no gradient).
+    """
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    embed_size: int = 32
+    num_hiddens: int = 64
+    num_layers: int = 2
+    dropout: float = 0.1
+    pad_id: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "embed_size", "num_hiddens", "num_layers"):
+            check_positive_int(getattr(self, name), name)
+        check_probability(self.dropout, "dropout")
+        if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int):
+            raise TypeError(f"pad_id must be an int, got {type(self.pad_id).__name__}")
+        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
+            raise ValueError(
+                f"pad_id must be a valid id in both vocabularies (sizes {self.src_vocab_size} and "
+                f"{self.tgt_vocab_size}), got {self.pad_id}"
+            )
+
+
+@dataclass
+class RNNDecoderState:
+    """What the decoder carries from one step to the next (opaque to callers).
+
+    Attributes:
+        hidden: (L, B, H) decoder hidden state, initialised with the encoder's last one.
+        enc_outputs: (B, S, H) encoder outputs, the attention's keys and values.
+        src_valid_lens: (B,) source lengths (keys past them are masked).
+        context: (B, H) the encoder's last top-layer state, the fixed context of :class:`Seq2SeqRNN`.
+    """
+
+    hidden: torch.Tensor
+    enc_outputs: torch.Tensor
+    src_valid_lens: torch.Tensor
+    context: torch.Tensor
+
+    def index_select(self, index: torch.Tensor) -> RNNDecoderState:
+        """Keep (and reorder) the batch rows in ``index`` (B',)."""
+        return RNNDecoderState(
+            hidden=self.hidden.index_select(1, index),
+            enc_outputs=self.enc_outputs.index_select(0, index),
+            src_valid_lens=self.src_valid_lens.index_select(0, index),
+            context=self.context.index_select(0, index),
+        )
+
+
+def _gru(input_size: int, config: Seq2SeqRNNConfig) -> nn.GRU:
+    # nn.GRU warns when asked for dropout with one layer: dropout only acts between layers.
+    dropout = config.dropout if config.num_layers > 1 else 0.0
+    return nn.GRU(input_size, config.num_hiddens, config.num_layers, dropout=dropout, batch_first=True)
+
+
+class RNNEncoder(nn.Module):
+    """Embedding + multilayer GRU over the source; padding never enters the recurrence.
+
+    Args:
+        config: the model's :class:`Seq2SeqRNNConfig`.
+    """
+
+    def __init__(self, config: Seq2SeqRNNConfig) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(config.src_vocab_size, config.embed_size, padding_idx=config.pad_id)
+        self.rnn = _gru(config.embed_size, config)
+
+    def forward(self, src: torch.Tensor, src_valid_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode a padded batch.
+
+        Args:
+            src: (B, S) token ids.
+            src_valid_lens: (B,) lengths; positions ``>= src_valid_lens`` are padding.
+
+        Returns:
+            ``outputs`` (B, S, H), zero at padded positions, and ``hidden`` (L, B, H), the state after
+            each sequence's last real token.
+        """
+        S = src.shape[1]
+        emb = self.embedding(src)  # (B, S, E)
+        # Packing makes the final state the one after the last *real* token, so the encoding of a
+        # sentence does not depend on how much padding its batch needed. An empty source is read
+        # as its first (padding) token: packing needs length >= 1, and attention masks it anyway.
+        lengths = src_valid_lens.clamp(min=1).cpu()
+        packed = pack_padded_sequence(emb, lengths, batch_first=True, enforce_sorted=False)
+        outputs, hidden = self.rnn(packed)
+        outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=S)  # (B, S, H)
+        return outputs, hidden
+
+
+class Seq2SeqDecoder(nn.Module):
+    """GRU decoder without attention: the fixed context is concatenated to every input embedding.
+
+    Args:
+        config: the model's :class:`Seq2SeqRNNConfig`.
+    """
+
+    def __init__(self, config: Seq2SeqRNNConfig) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(config.tgt_vocab_size, config.embed_size, padding_idx=config.pad_id)
+        self.rnn = _gru(config.embed_size + config.num_hiddens, config)
+        self.dense = nn.Linear(config.num_hiddens, config.tgt_vocab_size)
+
+    def forward(self, tgt_in: torch.Tensor, state: RNNDecoderState) -> tuple[torch.Tensor, RNNDecoderState]:
+        """Run the decoder over ``tgt_in`` (B, T) in one call; returns logits (B, T, V) and the new state."""
+        emb = self.embedding(tgt_in)  # (B, T, E)
+        context = state.context.unsqueeze(1).expand(-1, emb.shape[1], -1)  # (B, T, H)
+        x = torch.cat([emb, context.to(emb.dtype)], dim=-1)  # (B, T, E + H)
+        outputs, hidden = self.rnn(x, state.hidden)
+        return self.dense(outputs), dataclasses.replace(state, hidden=hidden)
+
+
+class BahdanauDecoder(nn.Module):
+    """GRU decoder whose input at each step is ``[attention context; embedding of the previous token]``.
+
+    The query is the previous decoder hidden state (top layer), the keys and values are the encoder
+    outputs. The weights of every step are appended to ``self.attention_weights``, a list of
+    (B, 1, S) tensors that :meth:`BahdanauSeq2Seq.init_decoder_state` (and so every forward) resets;
+    :meth:`stacked_attention_weights` returns them as one (B, T, S) tensor for a heatmap.
+
+    Args:
+        config: the model's :class:`Seq2SeqRNNConfig`.
+    """
+
+    def __init__(self, config: Seq2SeqRNNConfig) -> None:
+        super().__init__()
+        H = config.num_hiddens
+        self.attention = AdditiveAttention(H, config.dropout, query_size=H, key_size=H)
+        self.embedding = nn.Embedding(config.tgt_vocab_size, config.embed_size, padding_idx=config.pad_id)
+        self.rnn = _gru(config.embed_size + H, config)
+        self.dense = nn.Linear(H, config.tgt_vocab_size)
+        self.attention_weights: list[torch.Tensor] = []
+
+    def step(self, emb: torch.Tensor, state: RNNDecoderState) -> tuple[torch.Tensor, RNNDecoderState]:
+        """One decoder step from the embedding ``emb`` (B, E) of the previous token.
+
+        Returns:
+            logits (B, V) and the new state.
+        """
+        query = state.hidden[-1].unsqueeze(1)  # (B, 1, H)
+        keys = state.enc_outputs.to(query.dtype)
+        context = self.attention(query, keys, keys, state.src_valid_lens)  # (B, 1, H)
+        self.attention_weights.append(self.attention.attention_weights)
+        x = torch.cat([context.to(emb.dtype), emb.unsqueeze(1)], dim=-1)  # (B, 1, H + E)
+        output, hidden = self.rnn(x, state.hidden)
+        return self.dense(output.squeeze(1)), dataclasses.replace(state, hidden=hidden)
+
+    def forward(self, tgt_in: torch.Tensor, state: RNNDecoderState) -> tuple[torch.Tensor, RNNDecoderState]:
+        """Teacher forcing over ``tgt_in`` (B, T); returns logits (B, T, V) and the final state."""
+        emb = self.embedding(tgt_in)  # (B, T, E)
+        logits = []
+        # The attention query depends on the previous hidden state, so the steps are sequential.
+        for t in range(emb.shape[1]):
+            step_logits, state = self.step(emb[:, t], state)
+            logits.append(step_logits)
+        return torch.stack(logits, dim=1), state  # (B, T, V)
+
+    def stacked_attention_weights(self) -> torch.Tensor | None:
+        """The weights of the steps since the last reset, (B, T, S); ``None`` before any step."""
+        return torch.cat(self.attention_weights, dim=1) if self.attention_weights else None
+
+
+def _check_tokens(x: object, name: str, layout: str, vocab_size: int) -> torch.Tensor:
+    check_tensor(x, name)
+    check_ndim(x, name, 2, layout)
+    if x.dtype != torch.long:
+        raise TypeError(f"{name} must hold token ids as torch.long, got dtype {x.dtype}")
+    if x.numel() and bool(((x < 0) | (x >= vocab_size)).any()):
+        raise ValueError(
+            f"{name} holds ids outside [0, {vocab_size}): min {x.min().item()}, max {x.max().item()}"
+        )
+    return x
+
+
+def _check_lens(src: torch.Tensor, src_valid_lens: object) -> torch.Tensor:
+    check_tensor(src_valid_lens, "src_valid_lens")
+    if src_valid_lens.shape != (src.shape[0],):
+        raise ValueError(
+            f"src_valid_lens must have shape ({src.shape[0]},) for src of shape {tuple(src.shape)}, "
+            f"got {tuple(src_valid_lens.shape)}"
+        )
+    if src_valid_lens.is_floating_point() or src_valid_lens.dtype == torch.bool:
+        raise TypeError(f"src_valid_lens must be an integer tensor, got dtype {src_valid_lens.dtype}")
+    if src_valid_lens.numel() and bool(((src_valid_lens < 0) | (src_valid_lens > src.shape[1])).any()):
+        raise ValueError(
+            f"src_valid_lens must lie in [0, {src.shape[1]}] for src of shape {tuple(src.shape)}, "
+            f"got {src_valid_lens.tolist()}"
+        )
+    return src_valid_lens.long()
+
+
+class _RNNSeq2SeqBase(nn.Module):
+    """The seq2seq protocol shared by both GRU models; subclasses choose the decoder."""
+
+    decoder: Seq2SeqDecoder | BahdanauDecoder
+
+    def __init__(self, config: Seq2SeqRNNConfig) -> None:
+        super().__init__()
+        if not isinstance(config, Seq2SeqRNNConfig):
+            raise TypeError(f"config must be a Seq2SeqRNNConfig, got {type(config).__name__}")
+        self.config = config
+        self.encoder = RNNEncoder(config)
+
+    def forward(self, src: torch.Tensor, src_valid_lens: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: the logits of every next target token.
+
+        Args:
+            src: (B, S) source ids.
+            src_valid_lens: (B,) source lengths.
+            tgt_in: (B, T) decoder inputs, ``<bos> y_1 ... y_{T-1}``.
+
+        Returns:
+            (B, T, V) logits; row ``t`` predicts ``y_{t+1}`` (``<eos>`` after the last token).
+        """
+        _check_tokens(tgt_in, "tgt_in", "(batch, T)", self.config.tgt_vocab_size)
+        if isinstance(src, torch.Tensor) and src.dim() == 2 and tgt_in.shape[0] != src.shape[0]:
+            raise ValueError(
+                f"src and tgt_in must have the same batch size, got shapes {tuple(src.shape)} and "
+                f"{tuple(tgt_in.shape)}"
+            )
+        memory = self.encode(src, src_valid_lens)
+        state = self.init_decoder_state(memory, src_valid_lens)
+        logits, _ = self.decoder(tgt_in, state)
+        return logits
+
+    def encode(self, src: torch.Tensor, src_valid_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode the source; returns the opaque memory ``(outputs (B, S, H), hidden (L, B, H))``."""
+        _check_tokens(src, "src", "(batch, S)", self.config.src_vocab_size)
+        src_valid_lens = _check_lens(src, src_valid_lens)
+        return self.encoder(src, src_valid_lens)
+
+    def init_decoder_state(self, memory: tuple[torch.Tensor, torch.Tensor],
+                           src_valid_lens: torch.Tensor) -> RNNDecoderState:
+        """The decoder state before the first step (also resets the kept attention weights)."""
+        outputs, hidden = memory
+        if isinstance(self.decoder, BahdanauDecoder):
+            self.decoder.attention_weights = []
+        return RNNDecoderState(hidden=hidden, enc_outputs=outputs,
+                               src_valid_lens=src_valid_lens.to(outputs.device).long(), context=hidden[-1])
+
+    def decode_step(self, tokens: torch.Tensor, state: RNNDecoderState) -> tuple[torch.Tensor, RNNDecoderState]:
+        """Feed one token per sequence and get the logits of the next one.
+
+        Args:
+            tokens: (B, 1) the previous token of each sequence (``<bos>`` first).
+            state: from :meth:`init_decoder_state` or the previous call.
+
+        Returns:
+            logits (B, V) and the new state (the old one is left unchanged).
+        """
+        _check_tokens(tokens, "tokens", "(batch, 1)", self.config.tgt_vocab_size)
+        if tokens.shape != (state.hidden.shape[1], 1):
+            raise ValueError(
+                f"tokens must have shape ({state.hidden.shape[1]}, 1) (one token per sequence in the "
+                f"state), got {tuple(tokens.shape)}"
+            )
+        logits, state = self.decoder(tokens, state)
+        return logits[:, -1], state
+
+    def reorder_state(self, state: RNNDecoderState, index: torch.Tensor) -> RNNDecoderState:
+        """Select / reorder / repeat the batch rows of ``state``: row ``i`` becomes old row ``index[i]``."""
+        check_tensor(index, "index")
+        check_ndim(index, "index", 1, "(batch',)")
+        return state.index_select(index.to(state.hidden.device).long())
+
+
+class Seq2SeqRNN(_RNNSeq2SeqBase):
+    """GRU encoder--decoder without attention (the fixed-context bottleneck).
+
+    Args:
+        config: a :class:`Seq2SeqRNNConfig`.
+    """
+
+    def __init__(self, config: Seq2SeqRNNConfig) -> None:
+        super().__init__(config)
+        self.decoder = Seq2SeqDecoder(config)
+
+
+class BahdanauSeq2Seq(_RNNSeq2SeqBase):
+    """GRU encoder--decoder with Bahdanau (additive) attention over the encoder outputs.
+
+    After a forward or a decoding run, ``model.decoder.attention_weights`` holds one (B, 1, S)
+    tensor per step (``model.decoder.stacked_attention_weights()`` gives (B, T, S)); in beam search
+    the rows follow the beams of each step.
+
+    Args:
+        config: a :class:`Seq2SeqRNNConfig`.
+    """
+
+    def __init__(self, config: Seq2SeqRNNConfig) -> None:
+        super().__init__(config)
+        self.decoder = BahdanauDecoder(config)

@@ -1,0 +1,394 @@
+r"""Training and evaluating seq2seq models (teacher forcing, masked cross-entropy, BLEU).
+
+Teacher forcing: the decoder reads the true previous token ``<bos> y_1 ... y_{T-1}`` and is trained
+to predict ``y_1 ... y_T <eos>``; the loss is the cross-entropy averaged over the real (non-padding)
+target tokens,
+
+.. math:: \mathcal L = -\frac{1}{\sum_b n_b} \sum_b \sum_{t=1}^{n_b} \log P(y_{b,t} \mid y_{b,<t}, x_b).
+
+:func:`train_seq2seq` works with any model that follows the seq2seq protocol (see
+:mod:`course_lib.rnn`) and any data object with the :class:`course_lib.data.Seq2SeqData` interface.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._validation import check_floating, check_ndim, check_positive, check_positive_int, check_tensor
+from .decode import beam_search, default_max_len, greedy_decode
+from .masking import lengths_to_mask
+from .metrics import corpus_bleu, exact_match
+from .utils import set_seed, try_gpu
+
+__all__ = [
+    "masked_cross_entropy",
+    "warmup_lr",
+    "TrainHistory",
+    "train_seq2seq",
+    "evaluate_loss",
+    "predict_split",
+    "evaluate",
+]
+
+
+def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, valid_lens: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy averaged over the valid target positions only (padding ignored).
+
+    Args:
+        logits: (B, T, V) unnormalised scores.
+        targets: (B, T) token ids.
+        valid_lens: (B,) number of real tokens of each target (positions ``t >= valid_lens`` are
+            padding and contribute nothing).
+
+    Returns:
+        Scalar: the sum of the token losses over the valid positions divided by their number
+        (0 when there is none).
+    """
+    check_floating(logits, "logits")
+    check_ndim(logits, "logits", 3, "(batch, T, vocab)")
+    check_tensor(targets, "targets")
+    check_tensor(valid_lens, "valid_lens")
+    if targets.shape != logits.shape[:2]:
+        raise ValueError(
+            f"targets must have shape {tuple(logits.shape[:2])} (batch, T) for logits of shape "
+            f"{tuple(logits.shape)}, got {tuple(targets.shape)}"
+        )
+    if targets.dtype != torch.long:
+        raise TypeError(f"targets must hold token ids as torch.long, got dtype {targets.dtype}")
+    if valid_lens.shape != (logits.shape[0],):
+        raise ValueError(
+            f"valid_lens must have shape ({logits.shape[0]},) for logits of shape {tuple(logits.shape)}, "
+            f"got {tuple(valid_lens.shape)}"
+        )
+    T = logits.shape[1]
+    if valid_lens.numel() and bool(((valid_lens < 0) | (valid_lens > T)).any()):
+        raise ValueError(f"valid_lens must lie in [0, {T}] (T = targets.shape[1]), got {valid_lens.tolist()}")
+    mask = lengths_to_mask(valid_lens.to(logits.device), T)  # (B, T)
+    # Padding may hold any id; the mask decides, so clamp it into range for the gather.
+    token_loss = F.cross_entropy(logits.transpose(1, 2), targets.masked_fill(~mask, 0), reduction="none")
+    return (token_loss * mask).sum() / mask.sum().clamp(min=1)
+
+
+def warmup_lr(step: int, d_model: int, warmup: int) -> float:
+    r"""The Transformer's learning rate with warm-up (Vaswani et al., 2017, "Noam" schedule).
+
+    .. math:: \mathrm{lr}(s) = d_\text{model}^{-1/2}\,\min\big(s^{-1/2},\; s\cdot \mathrm{warmup}^{-3/2}\big)
+
+    It grows linearly for ``warmup`` steps, peaks at step ``warmup`` and then decays as
+    :math:`1/\sqrt s`.
+
+    Args:
+        step: s >= 1, the optimiser step.
+        d_model: the model width.
+        warmup: the number of warm-up steps.
+
+    Returns:
+        The learning rate at step ``step``.
+    """
+    check_positive_int(step, "step")
+    check_positive_int(d_model, "d_model")
+    check_positive_int(warmup, "warmup")
+    return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+@dataclass
+class TrainHistory:
+    """What happened during :func:`train_seq2seq` (plot it with :func:`course_lib.training_plots.plot_history`).
+
+    Attributes:
+        steps: optimiser steps taken.
+        train_loss: the training loss of every step (``train_loss[i]`` is step ``i + 1``).
+        learning_rates: the learning rate of every step.
+        epoch_loss: the token-weighted mean training loss of every completed epoch.
+        valid_steps: the step after which each validation loss was measured.
+        valid_loss: the validation losses (token-weighted mean over the whole split).
+        seconds: wall-clock training time (validation included).
+        epochs: completed epochs.
+        tokens: target tokens trained on.
+        stopped_by: ``"epochs"`` or ``"time"``.
+        device: where it trained; ``amp``: the autocast dtype (``"off"`` on the CPU).
+    """
+
+    steps: int = 0
+    train_loss: list[float] = field(default_factory=list)
+    learning_rates: list[float] = field(default_factory=list)
+    epoch_loss: list[float] = field(default_factory=list)
+    valid_steps: list[int] = field(default_factory=list)
+    valid_loss: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    epochs: int = 0
+    tokens: int = 0
+    stopped_by: str = ""
+    device: str = ""
+    amp: str = "off"
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Target tokens trained on per second of wall-clock time."""
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def _amp_dtype(device: torch.device, amp: bool) -> torch.dtype | None:
+    if not amp or device.type != "cuda":
+        return None
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+def _check_budget(minutes: float | None, epochs: int | None) -> None:
+    if minutes is None and epochs is None:
+        raise ValueError("give minutes= (a wall-clock budget) or epochs= (or both); got neither")
+    if minutes is not None:
+        check_positive(minutes, "minutes")
+    if epochs is not None:
+        check_positive_int(epochs, "epochs")
+
+
+def train_seq2seq(model: nn.Module, data, *, minutes: float | None = None, epochs: int | None = None,
+                  lr: float = 1e-3, batch_size: int = 64, warmup_steps: int = 0, clip: float | None = 1.0,
+                  device: torch.device | str | None = None, seed: int = 0, progress: bool = True,
+                  eval_every: int | None = None, amp: bool = True) -> TrainHistory:
+    r"""Train a seq2seq model with teacher forcing and Adam, within a time and/or epoch budget.
+
+    Training stops after ``epochs`` epochs or once ``minutes`` of wall-clock time have passed
+    (checked after every step, so at least one step is taken), whichever comes first. With
+    ``warmup_steps > 0`` the learning rate follows :func:`warmup_lr` rescaled to peak at ``lr``:
+    :math:`\mathrm{lr}\cdot\min(s/w, \sqrt{w/s})`. On CUDA the forward pass runs under autocast
+    (bfloat16 where supported, else float16 with a gradient scaler); on the CPU in float32, and a run
+    with the same seed reproduces exactly.
+
+    Args:
+        model: a seq2seq model; it is moved to ``device``.
+        data: a :class:`course_lib.data.Seq2SeqData` (``batches``, ``train``, ``valid``).
+        minutes: wall-clock budget (> 0).
+        epochs: number of passes over the training split (> 0).
+        lr: peak learning rate of Adam.
+        batch_size: sentence pairs per step.
+        warmup_steps: w, linear warm-up length then :math:`1/\sqrt s` decay; 0 keeps ``lr`` constant.
+        clip: maximum global gradient norm; ``None`` or 0 disables clipping.
+        device: default :func:`course_lib.try_gpu`.
+        seed: seeds everything through :func:`course_lib.set_seed` and the shuffling generator.
+        progress: show a tqdm progress bar (on stderr).
+        eval_every: measure the validation loss every this many steps; default once per epoch.
+            The loss at the end of training is always measured (when there is a validation split).
+        amp: use mixed precision on CUDA (ignored on the CPU).
+
+    Returns:
+        A :class:`TrainHistory`. The model is left in eval mode on ``device``.
+    """
+    from tqdm import tqdm
+
+    _check_budget(minutes, epochs)
+    check_positive(lr, "lr")
+    check_positive_int(batch_size, "batch_size")
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
+    if clip is not None and clip != 0:
+        check_positive(clip, "clip")
+    if eval_every is not None:
+        check_positive_int(eval_every, "eval_every")
+    if not len(data.train):
+        raise ValueError("data.train is empty: nothing to train on")
+
+    device = torch.device(device) if device is not None else try_gpu()
+    # Deterministic kernels are requested on the CPU only: on CUDA they would cost speed and warn.
+    set_seed(seed, deterministic=device.type == "cpu")
+    generator = torch.Generator().manual_seed(seed)
+    model.to(device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    if warmup_steps > 0:
+        peak = warmup_lr(warmup_steps, 1, warmup_steps)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: warmup_lr(s + 1, 1, warmup_steps) / peak)
+    else:
+        scheduler = None
+    amp_dtype = _amp_dtype(device, amp)
+    scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
+    history = TrainHistory(device=str(device), amp=str(amp_dtype).replace("torch.", "") if amp_dtype else "off")
+    has_valid = len(data.valid) > 0
+
+    n_batches = math.ceil(len(data.train) / batch_size)
+    bar = tqdm(total=epochs * n_batches if epochs is not None else None, disable=not progress,
+               unit="step", dynamic_ncols=True)
+    start = time.perf_counter()
+    deadline = start + 60.0 * minutes if minutes is not None else math.inf
+    pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (loss, n_tokens), synced in chunks
+    epoch_loss = epoch_tokens = 0.0
+
+    def flush() -> None:
+        # One device sync for many steps instead of one per step keeps a GPU busy.
+        nonlocal epoch_loss, epoch_tokens
+        if not pending:
+            return
+        values = torch.stack([torch.stack([loss, n]) for loss, n in pending]).cpu().tolist()
+        pending.clear()
+        for loss, n in values:
+            history.train_loss.append(loss)
+            history.tokens += int(n)
+            epoch_loss += loss * n
+            epoch_tokens += n
+        bar.set_postfix(loss=f"{history.train_loss[-1]:.3f}", refresh=False)
+
+    def validate() -> None:
+        flush()
+        if has_valid and (not history.valid_steps or history.valid_steps[-1] != history.steps):
+            history.valid_steps.append(history.steps)
+            history.valid_loss.append(evaluate_loss(model, data, "valid", device=device))
+            model.train()
+
+    stopped_by = "epochs"
+    try:
+        while epochs is None or history.epochs < epochs:
+            for batch in data.batches("train", batch_size, shuffle=True, generator=generator):
+                batch = batch.to(device)
+                with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                    logits = model(batch.src, batch.src_valid_lens, batch.tgt_in)
+                loss = masked_cross_entropy(logits.float(), batch.tgt_out, batch.tgt_valid_lens)
+                optimizer.zero_grad(set_to_none=True)
+                scaler.scale(loss).backward()
+                if clip:
+                    scaler.unscale_(optimizer)
+                    nn.utils.clip_grad_norm_(model.parameters(), clip)
+                history.learning_rates.append(optimizer.param_groups[0]["lr"])
+                scaler.step(optimizer)
+                scaler.update()
+                if scheduler is not None:
+                    scheduler.step()
+                history.steps += 1
+                pending.append((loss.detach().float(), batch.tgt_valid_lens.sum().float()))
+                if len(pending) >= 25:
+                    flush()
+                bar.update(1)
+                if eval_every is not None and history.steps % eval_every == 0:
+                    validate()
+                if time.perf_counter() >= deadline:
+                    stopped_by = "time"
+                    break
+            if stopped_by == "time":
+                break
+            history.epochs += 1
+            flush()
+            history.epoch_loss.append(epoch_loss / max(epoch_tokens, 1.0))
+            epoch_loss = epoch_tokens = 0.0
+            if eval_every is None:
+                validate()
+        validate()
+    finally:
+        bar.close()
+    history.stopped_by = stopped_by
+    history.seconds = time.perf_counter() - start
+    model.eval()
+    return history
+
+
+def evaluate_loss(model: nn.Module, data, split: str = "valid", batch_size: int = 256,
+                  device: torch.device | str | None = None) -> float:
+    """Teacher-forcing loss on a whole split, averaged over its target tokens (dropout off).
+
+    Args:
+        model: a seq2seq model.
+        data: a :class:`course_lib.data.Seq2SeqData`.
+        split: ``"train"``, ``"valid"`` or ``"test"``.
+        batch_size: pairs per forward pass.
+        device: default the model's device.
+
+    Returns:
+        The mean token loss (``nan`` for an empty split).
+    """
+    _check_split(data, split)
+    device = torch.device(device) if device is not None else _model_device(model)
+    was_training = model.training
+    model.eval()
+    total = torch.zeros((), device=device)
+    n_tokens = 0
+    try:
+        with torch.no_grad():
+            for batch in data.batches(split, batch_size, shuffle=False):
+                batch = batch.to(device)
+                n = int(batch.tgt_valid_lens.sum())
+                logits = model(batch.src, batch.src_valid_lens, batch.tgt_in).float()
+                total += masked_cross_entropy(logits, batch.tgt_out, batch.tgt_valid_lens) * n
+                n_tokens += n
+    finally:
+        model.train(was_training)
+    return float(total) / n_tokens if n_tokens else float("nan")
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    param = next(model.parameters(), None)
+    return param.device if param is not None else torch.device("cpu")
+
+
+def _check_split(data, split: str) -> None:
+    if split not in ("train", "valid", "test"):
+        raise ValueError(f'split must be "train", "valid" or "test", got {split!r}')
+
+
+def predict_split(model: nn.Module, data, split: str = "test", decoding: Literal["greedy", "beam"] = "greedy",
+                  max_len: int | None = None, beam_size: int = 4, batch_size: int = 256,
+                  limit: int | None = None) -> list[tuple[list[str], list[str], list[list[str]]]]:
+    """Decode every distinct source sentence of a split.
+
+    Args:
+        model: a trained seq2seq model.
+        data: a :class:`course_lib.data.Seq2SeqData`; ``data.references[split]`` lists the sources.
+        split: ``"train"``, ``"valid"`` or ``"test"``.
+        decoding: ``"greedy"`` or ``"beam"`` (GNMT length penalty 0.6).
+        max_len: tokens to generate at most; default :func:`course_lib.decode.default_max_len`.
+        beam_size: for beam search.
+        batch_size: sources decoded together.
+        limit: decode only the first ``limit`` sources.
+
+    Returns:
+        One ``(source tokens, predicted tokens, every reference's tokens)`` triple per source.
+    """
+    _check_split(data, split)
+    if decoding not in ("greedy", "beam"):
+        raise ValueError(f'decoding must be "greedy" or "beam", got {decoding!r}')
+    if limit is not None:
+        check_positive_int(limit, "limit")
+    items = list(data.references[split].items())[:limit]
+    device = _model_device(model)
+    tgt_vocab = data.tgt_vocab
+    out = []
+    for start in range(0, len(items), batch_size):
+        chunk = items[start:start + batch_size]
+        src, src_valid_lens = data.encode_sources([list(s) for s, _ in chunk])
+        src, src_valid_lens = src.to(device), src_valid_lens.to(device)
+        budget = max_len if max_len is not None else default_max_len(model, src_valid_lens)
+        if decoding == "greedy":
+            ids = greedy_decode(model, src, src_valid_lens, budget, bos=tgt_vocab.bos, eos=tgt_vocab.eos)
+        else:
+            ids = beam_search(model, src, src_valid_lens, budget, bos=tgt_vocab.bos, eos=tgt_vocab.eos,
+                              beam_size=beam_size)
+        for (source, refs), pred in zip(chunk, ids, strict=True):
+            out.append((list(source), tgt_vocab.decode(pred), [list(r) for r in refs]))
+    return out
+
+
+def evaluate(model: nn.Module, data, split: str = "test", decoding: Literal["greedy", "beam"] = "greedy",
+             max_len: int | None = None, beam_size: int = 4, batch_size: int = 256,
+             limit: int | None = None) -> dict[str, float]:
+    """Exact match and corpus BLEU of the model's translations of a split.
+
+    Each distinct source is translated once and scored against *every* target it has in the split
+    (``data.references[split]``): exact match counts a prediction equal to any of them, and
+    :func:`course_lib.metrics.corpus_bleu` uses them all as references.
+
+    Args:
+        model, data, split, decoding, max_len, beam_size, batch_size, limit: as in :func:`predict_split`.
+
+    Returns:
+        ``{"exact_match": in [0, 1], "bleu": in [0, 100], "n": number of sources}``.
+    """
+    triples = predict_split(model, data, split, decoding, max_len, beam_size, batch_size, limit)
+    hyps: Sequence[list[str]] = [pred for _, pred, _ in triples]
+    refs = [r for _, _, r in triples]
+    return {"exact_match": exact_match(hyps, refs), "bleu": corpus_bleu(hyps, refs), "n": len(triples)}

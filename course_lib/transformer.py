@@ -1,0 +1,699 @@
+r"""The Transformer encoder--decoder of Vaswani et al. (2017), built from the chapter's parts (chapter 7).
+
+Every sublayer (multi-head attention or the position-wise FFN) is wrapped in a residual connection
+and a layer norm. The notes use post-norm, as the paper:
+
+.. math:: \mathbf Y = \operatorname{LayerNorm}\big(\mathbf X
+   + \operatorname{Dropout}(\operatorname{Sublayer}(\mathbf X))\big);
+
+pre-norm (``norm_first=True``, :cite:`xiong2020`) normalises the sublayer's input instead,
+:math:`\mathbf Y = \mathbf X + \operatorname{Dropout}(\operatorname{Sublayer}(\operatorname{LayerNorm}(\mathbf X)))`,
+and adds one final layer norm after the last block of each stack. Post-norm blocks are the same
+computation as ``torch.nn.TransformerEncoderLayer(batch_first=True, norm_first=False)`` (tested with
+copied weights).
+
+Masks (``True`` = attend, as everywhere in ``course_lib``):
+
+- encoder self-attention and decoder cross-attention ignore the padded source positions
+  (``src_valid_lens``);
+- decoder self-attention uses the look-ahead (causal) mask, in training *and* in evaluation mode:
+  position ``t`` sees target positions ``<= t`` only. There is no target padding mask: targets are
+  padded on the right, so a real position never sees a padded one, and the outputs at padded positions
+  (which do see real tokens and padding) are ignored by the masked loss
+  (:func:`course_lib.train.masked_cross_entropy`).
+
+Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``d`` = ``num_hiddens``,
+``h`` heads, ``V`` target vocabulary size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from ._validation import check_floating, check_ndim, check_positive_int, check_probability, check_tensor
+from .masking import lengths_to_mask
+from .multihead import KVCache, MultiHeadAttention
+from .positional import LearnedPositionalEmbedding, PositionalEncoding
+
+__all__ = [
+    "PositionWiseFFN",
+    "AddNorm",
+    "TransformerEncoderBlock",
+    "TransformerEncoder",
+    "TransformerDecoderBlock",
+    "TransformerDecoder",
+    "TransformerConfig",
+    "TransformerDecoderState",
+    "Transformer",
+]
+
+
+class PositionWiseFFN(nn.Module):
+    r"""The same two-layer MLP applied to every position independently.
+
+    .. math:: \operatorname{FFN}(\mathbf x) = \max(0, \mathbf x \mathbf W_1 + \mathbf b_1)\mathbf W_2 + \mathbf b_2
+
+    Args:
+        num_hiddens: d, the size of inputs and outputs.
+        ffn_num_hiddens: size of the hidden layer (4d in the paper).
+        dropout: dropout rate on the hidden activations (training mode only).
+    """
+
+    def __init__(self, num_hiddens: int, ffn_num_hiddens: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        check_positive_int(num_hiddens, "num_hiddens")
+        check_positive_int(ffn_num_hiddens, "ffn_num_hiddens")
+        check_probability(dropout, "dropout")
+        self.dense1 = nn.Linear(num_hiddens, ffn_num_hiddens)
+        self.relu = nn.ReLU()
+        self.dropout = nn.Dropout(dropout)
+        self.dense2 = nn.Linear(ffn_num_hiddens, num_hiddens)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """Args: X: (..., num_hiddens). Returns: (..., num_hiddens)."""
+        check_floating(X, "X")
+        if X.dim() == 0 or X.shape[-1] != self.dense1.in_features:
+            raise ValueError(f"X must have size num_hiddens = {self.dense1.in_features} in its last axis, "
+                             f"got shape {tuple(X.shape)}")
+        return self.dense2(self.dropout(self.relu(self.dense1(X))))
+
+
+class AddNorm(nn.Module):
+    r"""Residual connection and layer norm around a sublayer.
+
+    Post-norm (default, as in the notes and the paper), with :math:`\mathbf Y = \operatorname{Sublayer}(\mathbf X)`:
+
+    .. math:: \operatorname{AddNorm}(\mathbf X, \mathbf Y)
+       = \operatorname{LayerNorm}(\mathbf X + \operatorname{Dropout}(\mathbf Y)).
+
+    Pre-norm (``norm_first=True``, :cite:`xiong2020`): the sublayer reads
+    ``pre_norm(X) = LayerNorm(X)`` and the output is :math:`\mathbf X + \operatorname{Dropout}(\mathbf Y)`;
+    the residual path then has no normalisation on it, which keeps gradients well scaled in deep stacks.
+
+    Use it as ``Z = addnorm.pre_norm(X); out = addnorm(X, sublayer(Z))``: the same code for both variants.
+
+    Args:
+        num_hiddens: d, the normalised (last) axis.
+        dropout: dropout rate on the sublayer output ``Y`` (training mode only).
+        norm_first: pre-norm instead of post-norm.
+    """
+
+    def __init__(self, num_hiddens: int, dropout: float = 0.0, norm_first: bool = False) -> None:
+        super().__init__()
+        check_positive_int(num_hiddens, "num_hiddens")
+        check_probability(dropout, "dropout")
+        if not isinstance(norm_first, bool):
+            raise TypeError(f"norm_first must be a bool, got {type(norm_first).__name__}")
+        self.norm_first = norm_first
+        self.dropout = nn.Dropout(dropout)
+        self.ln = nn.LayerNorm(num_hiddens)
+
+    def extra_repr(self) -> str:
+        return f"norm_first={self.norm_first}"
+
+    def pre_norm(self, X: torch.Tensor) -> torch.Tensor:
+        """The sublayer's input: ``LayerNorm(X)`` for pre-norm, ``X`` itself for post-norm."""
+        return self.ln(X) if self.norm_first else X
+
+    def forward(self, X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+        """Add the sublayer output to its input and normalise.
+
+        Args:
+            X: (..., num_hiddens) the sublayer's (un-normalised) input, the residual.
+            Y: (..., num_hiddens) the sublayer's output, same shape as ``X``.
+
+        Returns:
+            (..., num_hiddens): ``LayerNorm(X + Dropout(Y))`` (post-norm) or ``X + Dropout(Y)`` (pre-norm).
+        """
+        check_floating(X, "X")
+        check_floating(Y, "Y")
+        if X.shape != Y.shape:
+            raise ValueError(f"X and Y must have the same shape, got {tuple(X.shape)} and {tuple(Y.shape)}")
+        if X.dim() == 0 or X.shape[-1] != self.ln.normalized_shape[0]:
+            raise ValueError(f"X must have size num_hiddens = {self.ln.normalized_shape[0]} in its last axis, "
+                             f"got shape {tuple(X.shape)}")
+        out = X + self.dropout(Y)
+        return out if self.norm_first else self.ln(out)
+
+
+class TransformerEncoderBlock(nn.Module):
+    """Self-attention then the position-wise FFN, each inside an :class:`AddNorm`.
+
+    Args:
+        num_hiddens: d.
+        ffn_num_hiddens: the FFN's hidden size.
+        num_heads: h; must divide ``num_hiddens``.
+        dropout: dropout on the attention weights, the sublayer outputs and the FFN's hidden layer.
+        norm_first: pre-norm instead of post-norm.
+        bias: give the attention projections a bias (``torch.nn.MultiheadAttention`` has one).
+    """
+
+    def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float = 0.0,
+                 norm_first: bool = False, bias: bool = True) -> None:
+        super().__init__()
+        self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias)
+        self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first)
+        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, dropout)
+        self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first)
+
+    def forward(self, X: torch.Tensor, valid_lens: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Encode one layer.
+
+        Args:
+            X: (B, S, d) the previous layer's output.
+            valid_lens: optional (B,) lengths; keys ``j >= valid_lens`` (padding) are ignored.
+            mask: optional bool key mask broadcastable to (B, h, S, S), ``True`` = attend (the
+                encoder passes the padding mask built once for all layers).
+
+        Returns:
+            (B, S, d)
+        """
+        Z = self.addnorm1.pre_norm(X)
+        X = self.addnorm1(X, self.attention(Z, Z, Z, valid_lens=valid_lens, mask=mask))
+        return self.addnorm2(X, self.ffn(self.addnorm2.pre_norm(X)))
+
+
+def _positional(kind: str, num_hiddens: int, dropout: float, max_len: int) -> nn.Module:
+    if kind == "sinusoidal":
+        return PositionalEncoding(num_hiddens, dropout, max_len)
+    if kind == "learned":
+        return LearnedPositionalEmbedding(num_hiddens, dropout, max_len)
+    raise ValueError(f'positional must be "sinusoidal" or "learned", got {kind!r}')
+
+
+class _Embedder(nn.Module):
+    r"""Token embedding scaled by :math:`\sqrt d`, plus the positional encoding (with its dropout).
+
+    The table is drawn from :math:`\mathcal N(0, 1/d)` so that the scaled embedding has unit scale,
+    the scale of the sinusoids; with PyTorch's default :math:`\mathcal N(0, 1)` the tokens would
+    drown the positions (:math:`\sqrt d` times larger). The ``<pad>`` row is zero and gets no gradient.
+    """
+
+    def __init__(self, vocab_size: int, num_hiddens: int, dropout: float, max_len: int, positional: str,
+                 pad_id: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, num_hiddens, padding_idx=pad_id)
+        nn.init.normal_(self.embedding.weight, std=num_hiddens**-0.5)
+        with torch.no_grad():
+            self.embedding.weight[pad_id].zero_()
+        self.pos_encoding = _positional(positional, num_hiddens, dropout, max_len)
+        self.scale = math.sqrt(num_hiddens)
+
+    def forward(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """(B, T) ids -> (B, T, d) ``dropout(sqrt(d) E[tokens] + P[offset:offset + T])``."""
+        return self.pos_encoding(self.embedding(tokens) * self.scale, offset)
+
+
+def _check_stack_args(vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_layers: int,
+                      dropout: float, max_len: int, pad_id: int) -> None:
+    """Validation shared by the encoder and the decoder constructors."""
+    for name, value in (("vocab_size", vocab_size), ("num_hiddens", num_hiddens),
+                        ("ffn_num_hiddens", ffn_num_hiddens), ("num_heads", num_heads),
+                        ("num_layers", num_layers), ("max_len", max_len)):
+        check_positive_int(value, name)
+    check_probability(dropout, "dropout")
+    if num_hiddens % num_heads:
+        raise ValueError(f"num_hiddens ({num_hiddens}) must be divisible by num_heads ({num_heads})")
+    if isinstance(pad_id, bool) or not isinstance(pad_id, int) or not 0 <= pad_id < vocab_size:
+        raise ValueError(f"pad_id must be an id in [0, {vocab_size}), got {pad_id!r}")
+
+
+def _check_tokens(x: object, name: str, layout: str, vocab_size: int) -> torch.Tensor:
+    check_tensor(x, name)
+    check_ndim(x, name, 2, layout)
+    if x.dtype != torch.long:
+        raise TypeError(f"{name} must hold token ids as torch.long, got dtype {x.dtype}")
+    # nn.Embedding reports an out-of-range id as an opaque IndexError (or a device assert on CUDA).
+    if x.numel() and bool(((x < 0) | (x >= vocab_size)).any()):
+        raise ValueError(f"{name} holds ids outside [0, {vocab_size}): min {x.min().item()}, max {x.max().item()}")
+    return x
+
+
+def _check_lens(src: torch.Tensor, src_valid_lens: object) -> torch.Tensor:
+    check_tensor(src_valid_lens, "src_valid_lens")
+    if src_valid_lens.shape != (src.shape[0],):
+        raise ValueError(f"src_valid_lens must have shape ({src.shape[0]},) for src of shape {tuple(src.shape)}, "
+                         f"got {tuple(src_valid_lens.shape)}")
+    if src_valid_lens.is_floating_point() or src_valid_lens.dtype == torch.bool:
+        raise TypeError(f"src_valid_lens must be an integer tensor, got dtype {src_valid_lens.dtype}")
+    if src_valid_lens.numel() and bool(((src_valid_lens < 0) | (src_valid_lens > src.shape[1])).any()):
+        raise ValueError(f"src_valid_lens must lie in [0, {src.shape[1]}] for src of shape {tuple(src.shape)}, "
+                         f"got {src_valid_lens.tolist()}")
+    return src_valid_lens.to(src.device, torch.long)
+
+
+def _check_memory(memory: object, tokens: torch.Tensor, num_hiddens: int) -> None:
+    check_floating(memory, "memory")
+    check_ndim(memory, "memory", 3, "(batch, S, num_hiddens)")
+    if memory.shape[0] != tokens.shape[0] or memory.shape[2] != num_hiddens:
+        raise ValueError(f"memory must have shape ({tokens.shape[0]}, S, {num_hiddens}) for tokens of shape "
+                         f"{tuple(tokens.shape)}, got {tuple(memory.shape)}")
+
+
+def _key_mask(valid_lens: torch.Tensor, n_keys: int) -> torch.Tensor:
+    """(B,) lengths -> (B, 1, 1, n_keys) bool key mask, ``True`` = attend; built once per stack."""
+    return lengths_to_mask(valid_lens, n_keys)[:, None, None, :]
+
+
+class TransformerEncoder(nn.Module):
+    """Token embedding (scaled by sqrt(d)) + positional encoding, then ``num_layers`` encoder blocks.
+
+    Args:
+        vocab_size: source vocabulary size.
+        num_hiddens, ffn_num_hiddens, num_heads, num_layers, dropout: the blocks' sizes.
+        max_len: the longest source the positional encoding covers.
+        norm_first: pre-norm blocks and a final layer norm (``self.norm``; identity for post-norm).
+        positional: ``"sinusoidal"`` (fixed) or ``"learned"``.
+        pad_id: id of ``<pad>``.
+    """
+
+    def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_layers: int,
+                 dropout: float = 0.0, max_len: int = 1000, norm_first: bool = False,
+                 positional: Literal["sinusoidal", "learned"] = "sinusoidal", pad_id: int = 0) -> None:
+        super().__init__()
+        _check_stack_args(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers, dropout, max_len, pad_id)
+        self.num_hiddens = num_hiddens
+        self.vocab_size = vocab_size
+        self.embed = _Embedder(vocab_size, num_hiddens, dropout, max_len, positional, pad_id)
+        self.blocks = nn.ModuleList(
+            TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, norm_first)
+            for _ in range(num_layers)
+        )
+        self.norm = nn.LayerNorm(num_hiddens) if norm_first else nn.Identity()
+
+    def forward(self, src: torch.Tensor, valid_lens: torch.Tensor | None = None) -> torch.Tensor:
+        """Encode the source.
+
+        Args:
+            src: (B, S) token ids.
+            valid_lens: optional (B,) source lengths (positions ``>= valid_lens`` are padding).
+
+        Returns:
+            (B, S, d) the memory the decoder attends to.
+        """
+        _check_tokens(src, "src", "(batch, S)", self.vocab_size)
+        mask = None if valid_lens is None else _key_mask(_check_lens(src, valid_lens), src.shape[1])
+        X = self.embed(src)
+        for block in self.blocks:
+            X = block(X, mask=mask)
+        return self.norm(X)
+
+
+class TransformerDecoderBlock(nn.Module):
+    """Masked self-attention, cross-attention to the encoder, then the FFN, each inside an :class:`AddNorm`.
+
+    Args:
+        num_hiddens: d.
+        ffn_num_hiddens: the FFN's hidden size.
+        num_heads: h; must divide ``num_hiddens``.
+        dropout: dropout on the attention weights, the sublayer outputs and the FFN's hidden layer.
+        norm_first: pre-norm instead of post-norm.
+        bias: give the attention projections a bias.
+    """
+
+    def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float = 0.0,
+                 norm_first: bool = False, bias: bool = True) -> None:
+        super().__init__()
+        self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias)
+        self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first)
+        self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias)
+        self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first)
+        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, dropout)
+        self.addnorm3 = AddNorm(num_hiddens, dropout, norm_first)
+
+    def forward(self, X: torch.Tensor, memory: torch.Tensor, memory_valid_lens: torch.Tensor | None = None,
+                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Decode one layer for all target positions at once (teacher forcing).
+
+        Args:
+            X: (B, T, d) the previous layer's output.
+            memory: (B, S, d) the encoder output (keys and values of the cross-attention).
+            memory_valid_lens: optional (B,) source lengths (padded source positions are ignored).
+            memory_mask: optional bool key mask broadcastable to (B, h, T, S), ``True`` = attend.
+
+        Returns:
+            (B, T, d); position ``t`` depends on ``X[:, :t + 1]`` only (look-ahead mask).
+        """
+        Z = self.addnorm1.pre_norm(X)
+        X = self.addnorm1(X, self.self_attention(Z, Z, Z, causal=True))
+        return self._cross_and_ffn(X, memory, memory_valid_lens, memory_mask, None)
+
+    def step(self, X: torch.Tensor, self_cache: KVCache, cross_cache: _StaticKVCache,
+             memory_valid_lens: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Decode the new position(s) only, attending to the cached earlier ones (incremental decoding).
+
+        Args:
+            X: (B, T_new, d) the previous layer's output at the new positions.
+            self_cache: this block's self-attention cache; the new keys/values are appended to it.
+            cross_cache: the projected memory from :meth:`project_memory`.
+            memory_valid_lens, memory_mask: as in :meth:`forward`.
+
+        Returns:
+            (B, T_new, d), equal to the rows of :meth:`forward` at the new positions.
+        """
+        Z = self.addnorm1.pre_norm(X)
+        X = self.addnorm1(X, self.self_attention(Z, Z, Z, causal=True, kv_cache=self_cache))
+        return self._cross_and_ffn(X, None, memory_valid_lens, memory_mask, cross_cache)
+
+    def _cross_and_ffn(self, X: torch.Tensor, memory: torch.Tensor | None, memory_valid_lens: torch.Tensor | None,
+                       memory_mask: torch.Tensor | None, cross_cache: _StaticKVCache | None) -> torch.Tensor:
+        Z = self.addnorm2.pre_norm(X)
+        if cross_cache is not None:
+            # No new keys: the cache already holds the projected memory (see _StaticKVCache).
+            memory = Z.new_empty(Z.shape[0], 0, Z.shape[2])
+        X = self.addnorm2(X, self.cross_attention(Z, memory, memory, valid_lens=memory_valid_lens,
+                                                  mask=memory_mask, kv_cache=cross_cache))
+        return self.addnorm3(X, self.ffn(self.addnorm3.pre_norm(X)))
+
+    def project_memory(self, memory: torch.Tensor) -> _StaticKVCache:
+        """Project the encoder output with the cross-attention's ``W_k``, ``W_v`` once for all decoding steps.
+
+        Args:
+            memory: (B, S, d)
+
+        Returns:
+            A cache holding keys and values (B, h, S, d_h).
+        """
+        attn = self.cross_attention
+
+        def heads(x: torch.Tensor) -> torch.Tensor:
+            return x.unflatten(-1, (attn.num_heads, attn.head_size)).transpose(1, 2)  # (B, h, S, d_h)
+
+        return _StaticKVCache(heads(attn.W_k(memory)), heads(attn.W_v(memory)))
+
+
+class _StaticKVCache(KVCache):
+    """A cache whose keys and values are fixed: the projected encoder output of the cross-attention.
+
+    ``MultiHeadAttention`` appends the projections of the keys it is given to its cache; the decoder
+    gives none (an empty (B, 0, d) tensor), so this cache returns its stored keys and values without
+    the copy a concatenation would make.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        super().__init__()
+        self.keys, self.values = keys, values
+
+    def update(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if keys.shape[2] or values.shape[2]:
+            raise ValueError(f"the cross-attention cache is fixed; got new keys of shape {tuple(keys.shape)}")
+        return self.keys, self.values
+
+
+def _copy_cache(cache: KVCache, index: torch.Tensor | None = None) -> KVCache:
+    """A new cache object sharing (or, with ``index``, selecting rows of) the tensors of ``cache``.
+
+    Tensors are never modified in place (``update`` concatenates into new ones), so sharing them keeps
+    the old state valid.
+    """
+    keys, values = cache.keys, cache.values
+    if index is not None and keys is not None:
+        keys, values = keys.index_select(0, index), values.index_select(0, index)
+    if isinstance(cache, _StaticKVCache):
+        return _StaticKVCache(keys, values)
+    new = KVCache()
+    new.keys, new.values = keys, values
+    return new
+
+
+@dataclass
+class TransformerDecoderState:
+    """What the decoder carries from one step to the next (opaque to callers).
+
+    Attributes:
+        self_caches: one :class:`~course_lib.multihead.KVCache` per block: the self-attention keys and
+            values (B, h, t, d_h) of the ``t`` tokens fed so far.
+        cross_caches: one fixed cache per block: the cross-attention keys and values (B, h, S, d_h),
+            projected once from the encoder output.
+        memory_mask: (B, 1, 1, S) bool, ``True`` at real source positions.
+        offset: t, the number of tokens fed so far (the position of the next one).
+    """
+
+    self_caches: list[KVCache]
+    cross_caches: list[KVCache]
+    memory_mask: torch.Tensor
+    offset: int = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self.memory_mask.shape[0]
+
+    def next_step(self) -> TransformerDecoderState:
+        """A copy whose caches can grow without touching this state's caches."""
+        return TransformerDecoderState([_copy_cache(c) for c in self.self_caches], self.cross_caches,
+                                       self.memory_mask, self.offset)
+
+    def index_select(self, index: torch.Tensor) -> TransformerDecoderState:
+        """Keep (and reorder, or repeat) the batch rows in ``index`` (B',)."""
+        return TransformerDecoderState([_copy_cache(c, index) for c in self.self_caches],
+                                       [_copy_cache(c, index) for c in self.cross_caches],
+                                       self.memory_mask.index_select(0, index), self.offset)
+
+
+class TransformerDecoder(nn.Module):
+    """Token embedding + positional encoding, ``num_layers`` decoder blocks, and a linear layer to the vocabulary.
+
+    Args:
+        vocab_size: V, target vocabulary size.
+        num_hiddens, ffn_num_hiddens, num_heads, num_layers, dropout: the blocks' sizes.
+        max_len: the longest target the positional encoding covers.
+        norm_first: pre-norm blocks and a final layer norm (``self.norm``; identity for post-norm).
+        positional: ``"sinusoidal"`` or ``"learned"``.
+        pad_id: id of ``<pad>``.
+    """
+
+    def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_layers: int,
+                 dropout: float = 0.0, max_len: int = 1000, norm_first: bool = False,
+                 positional: Literal["sinusoidal", "learned"] = "sinusoidal", pad_id: int = 0) -> None:
+        super().__init__()
+        _check_stack_args(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers, dropout, max_len, pad_id)
+        self.num_hiddens = num_hiddens
+        self.vocab_size = vocab_size
+        self.embed = _Embedder(vocab_size, num_hiddens, dropout, max_len, positional, pad_id)
+        self.blocks = nn.ModuleList(
+            TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, norm_first)
+            for _ in range(num_layers)
+        )
+        self.norm = nn.LayerNorm(num_hiddens) if norm_first else nn.Identity()
+        # No weight tying: source and target vocabularies differ in general.
+        self.dense = nn.Linear(num_hiddens, vocab_size)
+
+    def forward(self, tgt_in: torch.Tensor, memory: torch.Tensor,
+                memory_valid_lens: torch.Tensor | None = None) -> torch.Tensor:
+        """Teacher forcing: the logits at every target position.
+
+        Args:
+            tgt_in: (B, T) decoder inputs ``<bos> y_1 ... y_{T-1}``.
+            memory: (B, S, d) encoder output.
+            memory_valid_lens: optional (B,) source lengths.
+
+        Returns:
+            (B, T, V) logits; row ``t`` depends on ``tgt_in[:, :t + 1]`` only.
+        """
+        _check_tokens(tgt_in, "tgt_in", "(batch, T)", self.vocab_size)
+        _check_memory(memory, tgt_in, self.num_hiddens)
+        mask = None if memory_valid_lens is None else _key_mask(_check_lens(memory[..., 0], memory_valid_lens),
+                                                                memory.shape[1])
+        X = self.embed(tgt_in)
+        for block in self.blocks:
+            X = block(X, memory, memory_mask=mask)
+        return self.dense(self.norm(X))
+
+    def init_state(self, memory: torch.Tensor, memory_valid_lens: torch.Tensor) -> TransformerDecoderState:
+        """Empty self-attention caches and the cross-attention keys/values projected once per block."""
+        return TransformerDecoderState(
+            self_caches=[KVCache() for _ in self.blocks],
+            cross_caches=[block.project_memory(memory) for block in self.blocks],
+            memory_mask=_key_mask(memory_valid_lens.to(memory.device), memory.shape[1]),
+        )
+
+    def step(self, tokens: torch.Tensor,
+             state: TransformerDecoderState) -> tuple[torch.Tensor, TransformerDecoderState]:
+        """Feed the next token(s) and get their logits, attending to the cached past.
+
+        Args:
+            tokens: (B, T_new) ids at positions ``state.offset, ..., state.offset + T_new - 1``.
+            state: from :meth:`init_state` or the previous call; left unchanged.
+
+        Returns:
+            logits (B, T_new, V) and the new state.
+        """
+        state = state.next_step()
+        X = self.embed(tokens, state.offset)
+        for block, self_cache, cross_cache in zip(self.blocks, state.self_caches, state.cross_caches, strict=True):
+            X = block.step(X, self_cache, cross_cache, memory_mask=state.memory_mask)
+        state.offset += tokens.shape[1]
+        return self.dense(self.norm(X)), state
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Hyperparameters of a :class:`Transformer` (what a checkpoint stores to rebuild the model).
+
+    Args:
+        src_vocab_size, tgt_vocab_size: vocabulary sizes (special tokens included).
+        num_hiddens: d, the model size; must be divisible by ``num_heads``.
+        ffn_num_hiddens: hidden size of the position-wise FFN.
+        num_heads: h, attention heads.
+        num_enc_layers, num_dec_layers: blocks in the encoder and in the decoder.
+        dropout: one rate for every dropout layer.
+        max_len: the longest source or target sequence (positions of the positional encoding).
+        norm_first: pre-norm (:cite:`xiong2020`) instead of the paper's post-norm.
+        positional: ``"sinusoidal"`` (fixed, the paper) or ``"learned"``.
+        pad_id: id of ``<pad>`` in both vocabularies (its embedding is zero and gets no gradient).
+
+    Raises:
+        ValueError: a size is not positive, ``num_hiddens % num_heads != 0``, ``dropout`` is not in
+            [0, 1), ``positional`` is unknown, or ``pad_id`` is not an id of both vocabularies.
+    """
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    num_hiddens: int = 128
+    ffn_num_hiddens: int = 256
+    num_heads: int = 4
+    num_enc_layers: int = 2
+    num_dec_layers: int = 2
+    dropout: float = 0.1
+    max_len: int = 256
+    norm_first: bool = False
+    positional: Literal["sinusoidal", "learned"] = "sinusoidal"
+    pad_id: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "num_hiddens", "ffn_num_hiddens", "num_heads",
+                     "num_enc_layers", "num_dec_layers", "max_len"):
+            check_positive_int(getattr(self, name), name)
+        if self.num_hiddens % self.num_heads:
+            raise ValueError(
+                f"num_hiddens ({self.num_hiddens}) must be divisible by num_heads ({self.num_heads}): each head "
+                f"gets num_hiddens / num_heads features"
+            )
+        check_probability(self.dropout, "dropout")
+        if not isinstance(self.norm_first, bool):
+            raise TypeError(f"norm_first must be a bool, got {type(self.norm_first).__name__}")
+        if self.positional not in ("sinusoidal", "learned"):
+            raise ValueError(f'positional must be "sinusoidal" or "learned", got {self.positional!r}')
+        if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int):
+            raise TypeError(f"pad_id must be an int, got {type(self.pad_id).__name__}")
+        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
+            raise ValueError(
+                f"pad_id must be a valid id in both vocabularies (sizes {self.src_vocab_size} and "
+                f"{self.tgt_vocab_size}), got {self.pad_id}"
+            )
+
+
+class Transformer(nn.Module):
+    """The Transformer encoder--decoder, implementing the seq2seq protocol of :mod:`course_lib.decode`.
+
+    ``forward`` (teacher forcing), ``encode``, ``init_decoder_state``, ``decode_step`` (one token per
+    call, with a key/value cache per decoder block; the cross-attention keys and values are projected
+    once in ``init_decoder_state``) and ``reorder_state`` (beam search). With
+    :func:`course_lib.multihead.store_attention_weights` on, the weights are kept in
+    ``encoder.blocks[i].attention``, ``decoder.blocks[i].self_attention`` and
+    ``decoder.blocks[i].cross_attention`` (``.attention_weights``, (B, h, n_queries, n_keys)).
+
+    Args:
+        config: a :class:`TransformerConfig`.
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        self.config = config
+        c = config
+        self.encoder = TransformerEncoder(c.src_vocab_size, c.num_hiddens, c.ffn_num_hiddens, c.num_heads,
+                                          c.num_enc_layers, c.dropout, c.max_len, c.norm_first, c.positional, c.pad_id)
+        self.decoder = TransformerDecoder(c.tgt_vocab_size, c.num_hiddens, c.ffn_num_hiddens, c.num_heads,
+                                          c.num_dec_layers, c.dropout, c.max_len, c.norm_first, c.positional, c.pad_id)
+
+    def forward(self, src: torch.Tensor, src_valid_lens: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: the logits of every next target token.
+
+        Args:
+            src: (B, S) source ids.
+            src_valid_lens: (B,) source lengths.
+            tgt_in: (B, T) decoder inputs ``<bos> y_1 ... y_{T-1}`` (right-padded; see the module docstring).
+
+        Returns:
+            (B, T, V) logits; row ``t`` predicts ``y_{t+1}`` and depends on ``tgt_in[:, :t + 1]`` only.
+        """
+        _check_tokens(tgt_in, "tgt_in", "(batch, T)", self.config.tgt_vocab_size)
+        check_tensor(src, "src")
+        if src.dim() == 2 and tgt_in.shape[0] != src.shape[0]:
+            raise ValueError(f"src and tgt_in must have the same batch size, got shapes {tuple(src.shape)} and "
+                             f"{tuple(tgt_in.shape)}")
+        self._check_length(tgt_in.shape[1], "tgt_in")
+        memory = self.encode(src, src_valid_lens)
+        return self.decoder(tgt_in, memory, src_valid_lens)
+
+    def encode(self, src: torch.Tensor, src_valid_lens: torch.Tensor) -> torch.Tensor:
+        """Encode the source; returns the memory (B, S, d) (opaque to callers)."""
+        check_tensor(src, "src")
+        if src.dim() == 2:
+            self._check_length(src.shape[1], "src")
+        check_tensor(src_valid_lens, "src_valid_lens")
+        return self.encoder(src, src_valid_lens)
+
+    def init_decoder_state(self, memory: torch.Tensor, src_valid_lens: torch.Tensor) -> TransformerDecoderState:
+        """The decoder state before the first step: empty self-attention caches, cross-attention keys/values.
+
+        Args:
+            memory: (B, S, d) from :meth:`encode`.
+            src_valid_lens: (B,) source lengths.
+        """
+        check_floating(memory, "memory")
+        check_ndim(memory, "memory", 3, "(batch, S, num_hiddens)")
+        if memory.shape[2] != self.config.num_hiddens:
+            raise ValueError(f"memory must have shape (batch, S, {self.config.num_hiddens}), got {tuple(memory.shape)}")
+        return self.decoder.init_state(memory, _check_lens(memory[..., 0], src_valid_lens))
+
+    def decode_step(self, tokens: torch.Tensor,
+                    state: TransformerDecoderState) -> tuple[torch.Tensor, TransformerDecoderState]:
+        """Feed one token per sequence and get the logits of the next one.
+
+        Args:
+            tokens: (B, 1) the previous token of each sequence (``<bos>`` first).
+            state: from :meth:`init_decoder_state` or the previous call; left unchanged.
+
+        Returns:
+            logits (B, V), equal to the last row of ``forward`` on the whole prefix, and the new state.
+        """
+        _check_tokens(tokens, "tokens", "(batch, 1)", self.config.tgt_vocab_size)
+        if not isinstance(state, TransformerDecoderState):
+            raise TypeError(f"state must be a TransformerDecoderState, got {type(state).__name__}")
+        if tokens.shape != (state.batch_size, 1):
+            raise ValueError(f"tokens must have shape ({state.batch_size}, 1) (one token per sequence in the "
+                             f"state), got {tuple(tokens.shape)}")
+        self._check_length(state.offset + 1, "the decoded sequence")
+        logits, state = self.decoder.step(tokens, state)
+        return logits[:, -1], state
+
+    def reorder_state(self, state: TransformerDecoderState, index: torch.Tensor) -> TransformerDecoderState:
+        """Select / reorder / repeat batch rows: row ``i`` of the new state is old row ``index[i]``.
+
+        Args:
+            state: a decoder state (left unchanged).
+            index: (B',) integer indices in ``[0, B)``.
+        """
+        check_tensor(index, "index")
+        check_ndim(index, "index", 1, "(batch',)")
+        if index.is_floating_point() or index.dtype == torch.bool:
+            raise TypeError(f"index must be an integer tensor, got dtype {index.dtype}")
+        B = state.batch_size
+        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= B):
+            raise ValueError(f"index must lie in [0, {B}) for a state of batch {B}, got values in "
+                             f"[{int(index.min())}, {int(index.max())}]")
+        return state.index_select(index.to(state.memory_mask.device, torch.long))
+
+    def _check_length(self, length: int, what: str) -> None:
+        if length > self.config.max_len:
+            raise ValueError(f"{what} has {length} positions but the model covers max_len = {self.config.max_len}; "
+                             f"build it with a larger TransformerConfig.max_len")

@@ -1,0 +1,159 @@
+"""Checkpoints: exact round trips, safe loading, and clear errors for damaged or mismatched files."""
+
+import os
+
+import pytest
+import torch
+
+from course_lib import transformer
+from course_lib.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from course_lib.data import Vocab
+from course_lib.rnn import BahdanauSeq2Seq, Seq2SeqRNN, Seq2SeqRNNConfig
+
+
+def _vocabs():
+    src = Vocab.build([list("march 3, 2001"), list("3/4/99")])
+    tgt = Vocab.build([list("2001-03-03"), list("1999-04-03")])
+    return src, tgt
+
+
+def _rnn(cls=BahdanauSeq2Seq, seed=0):
+    src, tgt = _vocabs()
+    torch.manual_seed(seed)
+    config = Seq2SeqRNNConfig(len(src), len(tgt), embed_size=8, num_hiddens=12, num_layers=2, dropout=0.1)
+    return cls(config), src, tgt
+
+
+def _transformer():
+    src, tgt = _vocabs()
+    torch.manual_seed(0)
+    config = transformer.TransformerConfig(len(src), len(tgt), num_hiddens=16, ffn_num_hiddens=32, num_heads=2,
+                                           num_enc_layers=1, num_dec_layers=1, dropout=0.1, max_len=32)
+    return transformer.Transformer(config), src, tgt
+
+
+MAKERS = {"bahdanau": lambda: _rnn(BahdanauSeq2Seq), "plain-rnn": lambda: _rnn(Seq2SeqRNN),
+          "transformer": _transformer}
+
+
+@pytest.mark.parametrize("name", MAKERS)
+def test_round_trip_rebuilds_the_same_model_and_vocabularies(tmp_path, name):
+    model, src_vocab, tgt_vocab = MAKERS[name]()
+    meta = {"task": "dates", "tokenizer": "char", "metrics": {"bleu": 12.5, "n": 3}, "history": [1.0, 0.5]}
+    path = save_checkpoint(tmp_path / "sub" / "m.pt", model, src_vocab, tgt_vocab, meta=meta)
+    loaded, src2, tgt2, meta2 = load_checkpoint(path, device="cpu")
+    assert type(loaded) is type(model) and loaded.config == model.config
+    assert not loaded.training
+    assert meta2 == meta
+    assert src2.to_dict() == src_vocab.to_dict() and tgt2.to_dict() == tgt_vocab.to_dict()
+    for (k, v), (k2, v2) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
+        assert k == k2 and torch.equal(v, v2)
+    src = torch.tensor([[4, 5, 6, 2], [7, 2, 0, 0]])
+    lens = torch.tensor([4, 2])
+    tgt_in = torch.tensor([[1, 4, 5], [1, 6, 0]])
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(src, lens, tgt_in), model(src, lens, tgt_in))
+
+
+def test_checkpoint_content_is_plain_data_for_a_weights_only_load(tmp_path):
+    model, src, tgt = _rnn()
+    save_checkpoint(tmp_path / "m.pt", model, src, tgt)
+    content = torch.load(tmp_path / "m.pt", weights_only=True)
+    assert content["model_class"] == "BahdanauSeq2Seq"
+    assert content["config"]["num_hiddens"] == 12
+    assert isinstance(content["format_version"], int)
+    assert os.listdir(tmp_path) == ["m.pt"]  # no temporary file left behind
+
+
+def test_truncated_file_is_a_checkpoint_error(tmp_path):
+    model, src, tgt = _rnn()
+    path = save_checkpoint(tmp_path / "m.pt", model, src, tgt)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="corrupted or truncated"):
+        load_checkpoint(path, device="cpu")
+
+
+def test_random_bytes_are_a_checkpoint_error(tmp_path):
+    path = tmp_path / "noise.pt"
+    path.write_bytes(torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(0),
+                                   dtype=torch.uint8).numpy().tobytes())
+    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+        load_checkpoint(path, device="cpu")
+
+
+def test_other_torch_files_are_rejected_by_format(tmp_path):
+    torch.save({"weights": torch.zeros(3)}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="not a course_lib seq2seq checkpoint"):
+        load_checkpoint(tmp_path / "other.pt", device="cpu")
+
+
+def _resave(tmp_path, edit):
+    model, src, tgt = _rnn()
+    path = save_checkpoint(tmp_path / "m.pt", model, src, tgt)
+    content = torch.load(path, weights_only=True)
+    edit(content)
+    torch.save(content, path)
+    return path
+
+
+def test_unknown_format_version_is_named(tmp_path):
+    path = _resave(tmp_path, lambda c: c.update(format_version=99))
+    with pytest.raises(CheckpointError, match="format version 99"):
+        load_checkpoint(path, device="cpu")
+
+
+def test_unknown_model_class_is_named(tmp_path):
+    path = _resave(tmp_path, lambda c: c.update(model_class="GPT5"))
+    with pytest.raises(CheckpointError, match="unknown class 'GPT5'"):
+        load_checkpoint(path, device="cpu")
+
+
+def test_state_dict_with_a_missing_key_is_named(tmp_path):
+    path = _resave(tmp_path, lambda c: c["state_dict"].pop("decoder.dense.weight"))
+    with pytest.raises(CheckpointError, match=r"missing: decoder\.dense\.weight"):
+        load_checkpoint(path, device="cpu")
+
+
+def test_state_dict_that_does_not_fit_the_config_is_named(tmp_path):
+    # Weights of a wider model under the config of a narrower one.
+    path = _resave(tmp_path, lambda c: c["config"].update(num_hiddens=10))
+    with pytest.raises(CheckpointError, match=r"wrong shape: .*\(checkpoint \(.*12.*\), model \(.*10.*\)\)"):
+        load_checkpoint(path, device="cpu")
+
+
+def test_config_that_cannot_build_a_model_is_a_checkpoint_error(tmp_path):
+    path = _resave(tmp_path, lambda c: c["config"].update(dropout=3.0))
+    with pytest.raises(CheckpointError, match="config cannot build a model"):
+        load_checkpoint(path, device="cpu")
+    path = _resave(tmp_path, lambda c: c["config"].update(colour="blue"))
+    with pytest.raises(CheckpointError, match="config cannot build a model"):
+        load_checkpoint(path, device="cpu")
+
+
+def test_vocabulary_that_does_not_fit_the_model_is_a_checkpoint_error(tmp_path):
+    src, _ = _vocabs()
+    path = _resave(tmp_path, lambda c: c.update(tgt_vocab=src.to_dict()))
+    with pytest.raises(CheckpointError, match="tgt vocabulary has"):
+        load_checkpoint(path, device="cpu")
+
+
+def test_missing_file_is_a_file_not_found_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not found"):
+        load_checkpoint(tmp_path / "nope.pt")
+
+
+def test_checkpoint_error_is_a_value_error():
+    assert issubclass(CheckpointError, ValueError)
+
+
+def test_save_rejects_what_it_cannot_store(tmp_path):
+    model, src, tgt = _rnn()
+    with pytest.raises(TypeError, match=r"meta\['when'\] holds a object"):
+        save_checkpoint(tmp_path / "m.pt", model, src, tgt, meta={"when": object()})
+    with pytest.raises(TypeError, match="meta must be a dict"):
+        save_checkpoint(tmp_path / "m.pt", model, src, tgt, meta=[1])
+    with pytest.raises(TypeError, match="cannot checkpoint a Linear"):
+        save_checkpoint(tmp_path / "m.pt", torch.nn.Linear(2, 2), src, tgt)
+    assert not (tmp_path / "m.pt").exists()
