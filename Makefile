@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
-.PHONY: venv book test lint unit nbval bench assignments clean
+.PHONY: venv book test lint unit nbval bench assignments grade clean
 
 venv: $(STAMP)
 
@@ -46,3 +46,7 @@ assignments: $(STAMP)
 
 clean:
 	rm -rf _build book/_build dist
+
+# Run students' notebooks and print each exercise's verdict: make grade NOTEBOOKS="submissions/*.ipynb"
+grade: $(STAMP)
+	$(BIN)/python -m course_lib.assignments grade $(NOTEBOOKS)

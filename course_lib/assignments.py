@@ -13,7 +13,11 @@ top to bottom and each unanswered exercise reports "not answered yet".
 
 Usage::
 
-    python -m course_lib.assignments book dist     # writes dist/student/ and dist/instructor/
+    python -m course_lib.assignments book dist            # writes dist/student/ and dist/instructor/
+    python -m course_lib.assignments grade alice.ipynb    # runs a submission, one line per exercise
+
+Grading executes the submitted notebook top to bottom (errors in a cell do not stop the run) and
+reads the message that each checker call printed, so it reports exactly what the student saw.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from pathlib import Path
 
 import nbformat
 
-__all__ = ["strip_solutions", "solution_sources", "make_assignments"]
+__all__ = ["strip_solutions", "solution_sources", "make_assignments", "checker_results", "grade_notebook"]
 
 _START = re.compile(r"```+\s*\{solution-start\}")
 _END = re.compile(r"```+\s*\{solution-end\}")
@@ -134,9 +138,80 @@ def make_assignments(book_dir: str | Path, out_dir: str | Path) -> dict[str, lis
     return written
 
 
+# What `course_lib.exercises.check` prints: "<exercise id>: <status>...". The id is module.name.
+_CHECK_LINE = re.compile(r"^(?P<id>[A-Za-z_]\w*\.[A-Za-z_]\w*): (?P<rest>.*)$")
+_STATUSES = (("passed", "passed"), ("not answered yet", "not answered"), ("not yet right", "not yet right"),
+             ("your code raised", "crashed"))
+
+
+def checker_results(nb: nbformat.NotebookNode) -> list[tuple[str, str, str]]:
+    """``(exercise id, status, message)`` for every checker call in an executed notebook.
+
+    The status is ``"passed"``, ``"not yet right"``, ``"not answered"``, ``"crashed"`` (the
+    student's code raised inside the checker) or ``"not run"`` (the checker cell printed no verdict,
+    e.g. because an earlier line of the cell raised).
+    """
+    rows = []
+    for cell in nb.cells:
+        if cell.cell_type != "code" or "check(" not in cell.source:
+            continue
+        ids = re.findall(r"check\(\s*[\"']([^\"']+)[\"']", cell.source)
+        text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+        found = {}
+        for line in text.splitlines():
+            m = _CHECK_LINE.match(line)
+            if m and m.group("id") in ids:
+                status = next((s for prefix, s in _STATUSES if m.group("rest").startswith(prefix)), None)
+                if status is not None:
+                    found[m.group("id")] = (status, line)
+        for exercise in ids:
+            status, message = found.get(exercise, ("not run", f"{exercise}: the checker printed no verdict"))
+            rows.append((exercise, status, message))
+    return rows
+
+
+def grade_notebook(path: str | Path, timeout: int = 900) -> list[tuple[str, str, str]]:
+    """Execute a submitted notebook and return :func:`checker_results` of the executed copy.
+
+    The notebook runs in its own directory with the ``python3`` kernel; a cell that raises does
+    not stop the run (the later checkers still report). The file itself is not modified.
+    """
+    from nbclient import NotebookClient
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no notebook at {path}")
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(path.parent.resolve())}}).execute()
+    return checker_results(nb)
+
+
+def _grade_main(paths: list[str]) -> int:
+    if not paths:
+        print("error: grade needs at least one notebook", file=sys.stderr)
+        return 2
+    for name in paths:
+        try:
+            rows = grade_notebook(name)
+        except (OSError, ValueError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        print(f"== {name}")
+        for exercise, status, message in rows:
+            print(f"  {status:<14} {exercise}" + ("" if status == "passed" else f"\n                 {message}"))
+        counts = {s: sum(r[1] == s for r in rows) for _, s in _STATUSES + (("", "not run"),)}
+        print("  " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" (of {len(rows)} exercises)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "grade":
+        return _grade_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m course_lib.assignments",
-                                     description="Write student and instructor notebooks.")
+                                     description="Write student and instructor notebooks "
+                                                 "(or: grade NOTEBOOK... to run submissions).")
     parser.add_argument("book_dir", nargs="?", default="book")
     parser.add_argument("out_dir", nargs="?", default="dist")
     args = parser.parse_args(argv)

@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_lib.assignments import make_assignments, solution_sources, strip_solutions
+from course_lib.assignments import checker_results, grade_notebook, make_assignments, solution_sources, strip_solutions
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -150,3 +150,42 @@ def test_student_notebook_runs_top_to_bottom_and_reports_not_answered(name, dist
     for cell in checker_cells:
         text = "".join(o.get("text", "") for o in cell.outputs)
         assert "not answered yet" in text, f"{name}: checker cell {cell.source!r} printed {text!r}"
+
+
+def test_checker_results_reads_every_verdict_of_the_stored_instructor_outputs():
+    nb = nbformat.read(BOOK / "03_scoring_functions.ipynb", as_version=4)
+    calls = [c for c in nb.cells if c.cell_type == "code" and "check(" in c.source]
+    rows = checker_results(nb)
+    assert len(rows) == len(calls) >= 2
+    assert {status for _, status, _ in rows} == {"passed"}
+
+
+def test_grading_a_submission_reports_each_exercise_and_survives_a_crashing_cell(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        code("import torch\nfrom course_lib.exercises import check"),
+        code("def stub(X, valid_lens=None):\n    raise NotImplementedError"),
+        code('_ = check("scoring.masked_softmax", stub)'),
+        code("1 / 0  # a broken cell must not stop the grading"),
+        code("def ignores_mask(X, valid_lens=None):\n    return torch.softmax(X, dim=-1)"),
+        code('_ = check("scoring.masked_softmax", ignores_mask)'),
+        code('undefined_name\n_ = check("scoring.masked_softmax", stub)'),
+    ]
+    path = tmp_path / "submission.ipynb"
+    nbformat.write(nb, path)
+    rows = grade_notebook(path)
+    assert [(exercise, status) for exercise, status, _ in rows] == [
+        ("scoring.masked_softmax", "not answered"),
+        ("scoring.masked_softmax", "not yet right"),
+        ("scoring.masked_softmax", "not run"),
+    ]
+    assert "not yet right" in rows[1][2] and len(rows[1][2]) > len("scoring.masked_softmax: not yet right. ")
+    assert nbformat.read(path, as_version=4).cells[2].outputs == [], "the submission file must stay untouched"
+
+
+def test_grade_command_prints_a_summary_and_rejects_a_missing_file(tmp_path, capsys):
+    from course_lib.assignments import main
+
+    assert main(["grade", str(tmp_path / "nope.ipynb")]) == 2
+    assert "no notebook" in capsys.readouterr().err
+    assert main(["grade"]) == 2

@@ -18,7 +18,18 @@ from __future__ import annotations
 from ._core import CheckResult, ExerciseFailure, check, checker, expect, expect_close, list_exercises
 
 # Importing the chapter modules registers their checkers.
-from . import attention_pooling, nadaraya_watson, scoring  # noqa: E402,F401  isort: skip
+from . import (  # noqa: E402,F401  isort: skip
+    attention_pooling,
+    bahdanau,
+    multihead,
+    nadaraya_watson,
+    positional,
+    scoring,
+    sparse,
+    training,
+    transformer,
+    translation,
+)
 
 __all__ = ["CheckResult", "ExerciseFailure", "check", "checker", "expect", "expect_close",
            "list_exercises"]
