@@ -1,3 +1,263 @@
-"""Checkers for the exercises of chapter 5, multi-head attention."""
+"""Checkers for the exercises of chapter 5, multi-head attention.
+
+The references are computed here independently of ``course_lib.multihead``: head splitting by
+slicing the feature axis one head at a time, and multi-head attention by brute-force loops over
+(example, head, query) in float64. Typical mistakes (a reshape without the transpose, heads taken
+as strided instead of contiguous features, weights used untransposed, scaling by sqrt(d) instead of
+sqrt(d_h), padding ignored, softmax over the wrong axis) are recognised by comparing the answer
+with the result of that mistake, so the message can say what to fix.
+"""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from ._core import ExerciseFailure, checker, expect, expect_close
+
+
+def _call(answer: Callable, case: str, *args: object, **kwargs: object) -> object:
+    """Call the student's function; a crash becomes a failure that names the case."""
+    try:
+        return answer(*args, **kwargs)
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        raise ExerciseFailure(f"{case}: your function raised {type(error).__name__}: {error}") from None
+
+
+def _close(actual: torch.Tensor, expected: torch.Tensor, atol: float = 1e-6) -> bool:
+    actual = actual.detach().to("cpu", torch.float64)
+    return tuple(actual.shape) == tuple(expected.shape) and torch.allclose(actual, expected.double(), atol=atol)
+
+
+def _expect_tensor(got: object, shape: tuple[int, ...], case: str, layout: str) -> None:
+    expect(isinstance(got, torch.Tensor), f"{case}: expected a torch.Tensor, got {type(got).__name__}")
+    expect(tuple(got.shape) == shape, f"{case}: expected shape {shape} = {layout}, got {tuple(got.shape)}")
+
+
+# ----------------------------------------------------------------------------- split / merge heads
+
+
+def _split_by_slices(X: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(batch, T, d) -> (batch, h, T, d_h): head i is the column block i*d_h:(i+1)*d_h."""
+    d_h = X.shape[-1] // num_heads
+    return torch.stack([X[..., i * d_h:(i + 1) * d_h] for i in range(num_heads)], dim=1)
+
+
+def _merge_by_concat(X: torch.Tensor) -> torch.Tensor:
+    """(batch, h, T, d_h) -> (batch, T, h*d_h): the heads side by side along the features."""
+    return torch.cat([X[:, i] for i in range(X.shape[1])], dim=-1)
+
+
+_SPLIT_CASES = [(2, 5, 12, 3), (1, 7, 8, 2), (3, 4, 6, 1), (2, 3, 8, 8)]  # (batch, T, d, h)
+
+
+@checker("multihead.split_heads",
+         "split_heads(X, num_heads): (batch, T, d) -> (batch, h, T, d/h), head i = features i*d_h:(i+1)*d_h")
+def check_split_heads(answer: Callable) -> int:
+    g = torch.Generator().manual_seed(0)
+    n = 0
+    for batch, T, d, h in _SPLIT_CASES:
+        d_h = d // h
+        case = f"X of shape {(batch, T, d)}, num_heads={h}"
+        X = torch.randn(batch, T, d, generator=g, dtype=torch.float64)
+        X_before = X.clone()
+        got = _call(answer, case, X, h)
+        expect(torch.equal(X, X_before), f"{case}: your function changed X in place")
+        expect(isinstance(got, torch.Tensor), f"{case}: expected a torch.Tensor, got {type(got).__name__}")
+        if tuple(got.shape) == (batch, T, h, d_h) and T != h:
+            raise ExerciseFailure(
+                f"{case}: got shape {tuple(got.shape)} = (batch, T, h, d_h): the transpose is missing. After "
+                "splitting the last axis into (h, d_h), move the head axis before the token axis "
+                "(.transpose(1, 2)) so that each head is an independent (T, d_h) attention problem."
+            )
+        _expect_tensor(got, (batch, h, T, d_h), case, "(batch, num_heads, T, d_h)")
+        expected = _split_by_slices(X, h)
+        if not _close(got, expected) and h > 1:
+            if _close(got, X.reshape(batch, h, T, d_h)):
+                raise ExerciseFailure(
+                    f"{case}: you reshaped (batch, T, d) straight to (batch, h, T, d_h). The shape is right but "
+                    "tokens and heads are mixed: row r of 'head 0' is head r % h of token r // h. Reshape to "
+                    "(batch, T, h, d_h) first, then .transpose(1, 2)."
+                )
+            if _close(got, X.reshape(batch, T, d_h, h).permute(0, 3, 1, 2)):
+                raise ExerciseFailure(
+                    f"{case}: the heads are split along the wrong axis: your head i holds every h-th feature "
+                    f"(i, i + h, ...), but head i must hold the contiguous block i*d_h, ..., (i+1)*d_h - 1 "
+                    "(the rows of W_q that belong to it). Reshape to (batch, T, h, d_h), not (batch, T, d_h, h)."
+                )
+        expect_close(got, expected, f"{case} (head i must be X[..., i*d_h:(i+1)*d_h])", atol=1e-6)
+        n += 1
+
+    X = torch.randn(2, 5, 10, generator=g)
+    try:
+        answer(X, 3)
+    except NotImplementedError:
+        raise
+    except ValueError:
+        n += 1
+    except Exception as error:
+        raise ExerciseFailure(
+            f"num_heads=3 with d=10: expected a ValueError (3 does not divide 10), got {type(error).__name__}: "
+            f"{error}. Check d % num_heads first and raise ValueError with a message that names both."
+        ) from None
+    else:
+        raise ExerciseFailure(
+            "num_heads=3 with d=10: expected a ValueError, since 3 heads cannot share 10 features equally; "
+            "your function returned a result. Check d % num_heads and raise ValueError."
+        )
+    return n
+
+
+@checker("multihead.merge_heads",
+         "merge_heads(X): (batch, h, T, d_h) -> (batch, T, h*d_h), the inverse of split_heads")
+def check_merge_heads(answer: Callable) -> int:
+    g = torch.Generator().manual_seed(1)
+    n = 0
+    for batch, T, d, h in _SPLIT_CASES:
+        d_h = d // h
+        case = f"X of shape {(batch, h, T, d_h)}"
+        X = torch.randn(batch, h, T, d_h, generator=g, dtype=torch.float64)
+        got = _call(answer, case, X)
+        _expect_tensor(got, (batch, T, d), case, "(batch, T, h * d_h)")
+        expected = _merge_by_concat(X)
+        if not _close(got, expected) and h > 1:
+            if _close(got, X.reshape(batch, T, d)):
+                raise ExerciseFailure(
+                    f"{case}: you reshaped (batch, h, T, d_h) straight to (batch, T, h*d_h), which mixes tokens "
+                    "and heads. Move the token axis back in front of the heads first: "
+                    ".transpose(1, 2).reshape(batch, T, h * d_h)."
+                )
+            if _close(got, X.permute(0, 2, 3, 1).reshape(batch, T, d)):
+                raise ExerciseFailure(
+                    f"{case}: the features of the heads are interleaved (head 0's first feature, head 1's first "
+                    "feature, ...). Concatenate them instead: head i must fill the features i*d_h:(i+1)*d_h, "
+                    "so transpose to (batch, T, h, d_h) before the reshape."
+                )
+        expect_close(got, expected, f"{case} (the heads concatenated along the features)", atol=1e-6)
+        # merge_heads must undo the split: the original tokens come back.
+        tokens = torch.randn(batch, T, d, generator=g, dtype=torch.float64)
+        expect_close(_call(answer, case, _split_by_slices(tokens, h)), tokens,
+                     f"merge_heads(split(X)) must give X back, for X of shape {(batch, T, d)}", atol=1e-6)
+        n += 2
+    return n
+
+
+# ----------------------------------------------------------------------------- multi-head attention
+
+
+def _loop_mha(queries, keys, values, W_q, W_k, W_v, W_o, num_heads, valid_lens=None) -> torch.Tensor:
+    """Brute force in float64: one (example, head, query) at a time, softmax written out."""
+    q, k, v = (x.double() for x in (queries, keys, values))
+    Q, K, V = q @ W_q.double().T, k @ W_k.double().T, v @ W_v.double().T
+    batch, n_q, d = Q.shape
+    n_k = K.shape[1]
+    d_h = d // num_heads
+    heads = torch.zeros(batch, n_q, d, dtype=torch.float64)
+    for b in range(batch):
+        length = n_k if valid_lens is None else int(valid_lens[b])
+        for head in range(num_heads):
+            cols = slice(head * d_h, (head + 1) * d_h)
+            for i in range(n_q):
+                scores = [float(Q[b, i, cols] @ K[b, j, cols]) / math.sqrt(d_h) for j in range(length)]
+                top = max(scores)
+                exps = [math.exp(s - top) for s in scores]
+                total = sum(exps)
+                heads[b, i, cols] = sum((e / total) * V[b, j, cols] for j, e in enumerate(exps))
+    return heads @ W_o.double().T
+
+
+def _variant_mha(queries, keys, values, W_q, W_k, W_v, W_o, num_heads, valid_lens=None, *, scale=None,
+                 split="right", softmax_dim=-1, use_mask=True) -> torch.Tensor:
+    """Vectorised multi-head attention with one deliberate mistake switched on (for the hints)."""
+    Q, K, V = queries @ W_q.T, keys @ W_k.T, values @ W_v.T
+    batch, n_q, d = Q.shape
+    d_h = d // num_heads
+
+    def split_(X):
+        if split == "no_transpose":
+            return X.reshape(X.shape[0], num_heads, X.shape[1], d_h)
+        return X.reshape(X.shape[0], X.shape[1], num_heads, d_h).transpose(1, 2)
+
+    q, k, v = split_(Q), split_(K), split_(V)
+    scores = q @ k.transpose(-2, -1) / (math.sqrt(d_h) if scale is None else scale)
+    if valid_lens is not None and use_mask:
+        keep = torch.arange(k.shape[2]) < valid_lens[:, None, None, None]
+        scores = scores.masked_fill(~keep, float("-inf"))
+    out = torch.softmax(scores, dim=softmax_dim) @ v
+    if split == "no_transpose":
+        out = out.reshape(batch, n_q, d)
+    else:
+        out = out.transpose(1, 2).reshape(batch, n_q, d)
+    return out @ W_o.T
+
+
+def _mha_hint(got: torch.Tensor, args: tuple, kwargs: dict, num_heads: int, d: int) -> str | None:
+    """Name the mistake whose result equals ``got``, if one does."""
+    queries, keys, values, W_q, W_k, W_v, W_o = args
+    transposed = (queries, keys, values, W_q.T, W_k.T, W_v.T, W_o.T)
+    candidates = [
+        (_variant_mha(*transposed, num_heads, **kwargs),
+         "you used the weights untransposed (X @ W_q instead of X @ W_q.T). The matrices are in nn.Linear's "
+         "layout (out, in): Q = queries @ W_q.T, and likewise for W_k, W_v and W_o."),
+        (_variant_mha(*args, num_heads, **kwargs, scale=math.sqrt(d)),
+         f"your scores are divided by sqrt(d) = sqrt({d}); each head's dot products have d_h = d / h = "
+         f"{d // num_heads} terms, so divide by sqrt(d_h)."),
+        (_variant_mha(*args, num_heads, **kwargs, scale=1.0),
+         "your scores are not scaled: divide them by sqrt(d_h) before the softmax."),
+        (_variant_mha(*args, num_heads, **kwargs, split="no_transpose"),
+         "the heads are split with a reshape to (batch, h, T, d_h) without a transpose, which mixes tokens and "
+         "heads. Reshape to (batch, T, h, d_h), then .transpose(1, 2) (and undo both when merging)."),
+        (_variant_mha(*args, num_heads, **kwargs, softmax_dim=-2),
+         "the softmax is taken over the queries (dim=-2); the weights of a query must sum to 1 over the keys "
+         "(dim=-1)."),
+    ]
+    if kwargs.get("valid_lens") is not None:
+        candidates.append(
+            (_variant_mha(*args, num_heads, **kwargs, use_mask=False),
+             "the padded keys are not masked: keys j >= valid_lens[b] must get weight 0 in every head (set "
+             "their scores to -inf, with a mask of shape (batch, 1, 1, n_keys), before the softmax)."))
+    for result, hint in candidates:
+        if _close(got, result.double(), atol=1e-6):
+            return hint
+    return None
+
+
+@checker("multihead.multihead_attention",
+         "multihead_attention(queries, keys, values, W_q, W_k, W_v, W_o, num_heads, valid_lens): all heads at once")
+def check_multihead_attention(answer: Callable) -> int:
+    g = torch.Generator().manual_seed(2)
+    # (batch, n_q, n_k, d, h, valid_lens, self-attention?)
+    cases = [
+        (2, 5, 5, 12, 3, None, True),
+        (2, 3, 6, 8, 2, torch.tensor([6, 2]), False),
+        (3, 4, 4, 16, 4, torch.tensor([4, 1, 3]), True),
+        (1, 2, 3, 6, 1, None, False),
+    ]
+    n = 0
+    for batch, n_q, n_k, d, h, valid_lens, is_self in cases:
+        kind = "self-attention" if is_self else "cross-attention"
+        case = (f"{kind}, queries {(batch, n_q, d)}, keys {(batch, n_k, d)}, num_heads={h}"
+                + ("" if valid_lens is None else f", valid_lens={valid_lens.tolist()}"))
+        X = torch.randn(batch, n_k, d, generator=g, dtype=torch.float64)
+        queries = X if is_self else torch.randn(batch, n_q, d, generator=g, dtype=torch.float64)
+        keys = X
+        values = X if is_self else torch.randn(batch, n_k, d, generator=g, dtype=torch.float64)
+        # Non-symmetric weights, scaled so that the softmax is neither uniform nor one-hot.
+        W = [torch.randn(d, d, generator=g, dtype=torch.float64) * (1.5 / math.sqrt(d)) for _ in range(4)]
+        args = (queries, keys, values, *W)
+        kwargs = {} if valid_lens is None else {"valid_lens": valid_lens}
+        got = _call(answer, case, *args, h, **kwargs)
+        _expect_tensor(got, (batch, n_q, d), case, "(batch, n_queries, d)")
+        expect(not bool(torch.isnan(got.detach()).any()), f"{case}: your output contains NaN")
+        expected = _loop_mha(*args, h, **kwargs)
+        if not _close(got, expected):
+            hint = _mha_hint(got.detach().to("cpu", torch.float64), args, kwargs, h, d)
+            if hint is not None:
+                raise ExerciseFailure(f"{case}: {hint}")
+        expect_close(got, expected, case, atol=1e-6)
+        n += 1
+    return n
