@@ -33,8 +33,6 @@ import nbformat
 
 __all__ = ["strip_solutions", "solution_sources", "make_assignments", "checker_results", "grade_notebook"]
 
-_START = re.compile(r"```+\s*\{solution-start\}")
-_END = re.compile(r"```+\s*\{solution-end\}")
 # A fenced {solution} directive: the opening fence (3+ backticks or colons) up to the same fence.
 _SOLUTION_BLOCK = re.compile(
     r"^(?P<fence>`{3,}|:{3,})[ \t]*\{solution\}.*?^(?P=fence)[ \t]*$\n?", re.MULTILINE | re.DOTALL
@@ -47,63 +45,106 @@ STUDENT_BANNER = (
 )
 
 
-def _is_start(cell) -> bool:
-    return cell.cell_type == "markdown" and bool(_START.search(cell.source))
+# The gated form: a markdown cell holding ```{solution-start} label (with option lines), then the
+# solution's cells, then a markdown cell holding ```{solution-end} and its closing fence. Authors
+# often put other text in the same markdown cells (the exercise statement before the start, the
+# next exercise after the end), so the markers are located inside the text, not per cell.
+_START_LINE = re.compile(r"^[ \t]*(`{3,}|:{3,})[ \t]*\{solution-start\}[^\n]*$", re.MULTILINE)
+_END_DIRECTIVE = re.compile(
+    r"^[ \t]*(?P<fence>`{3,}|:{3,})[ \t]*\{solution-end\}[^\n]*\n(?:[^\n]*\n)*?[ \t]*(?P=fence)[ \t]*$\n?",
+    re.MULTILINE,
+)
 
 
-def _is_end(cell) -> bool:
-    return cell.cell_type == "markdown" and bool(_END.search(cell.source))
+def _split_markdown(source: str, inside: bool, index: int) -> tuple[list[tuple[str, bool]], bool]:
+    """Split a markdown cell into ``(text, is_solution)`` pieces around the gated markers.
+
+    ``inside`` says whether the cell starts inside a gated solution; the second return value says
+    whether it ends inside one. The marker directives themselves belong to no piece.
+    """
+    pieces, pos = [], 0
+    while pos <= len(source):
+        if not inside:
+            m = _START_LINE.search(source, pos)
+            end = _END_DIRECTIVE.search(source, pos)
+            if end is not None and (m is None or end.start() < m.start()):
+                raise ValueError(f"cell {index}: solution-end without a solution-start")
+            if m is None:
+                pieces.append((source[pos:], False))
+                break
+            pieces.append((source[pos:m.start()], False))
+            inside, pos = True, m.end()
+            # Option lines (":class: dropdown") and the closing fence of the start directive.
+            fence = re.match(r"(?:\n[ \t]*:[^\n]*)*(?:\n[ \t]*" + re.escape(m.group(1)) + r"[ \t]*(?=\n|$))?",
+                             source[pos:])
+            pos += fence.end() if fence else 0
+        else:
+            end = _END_DIRECTIVE.search(source, pos)
+            start = _START_LINE.search(source, pos)
+            if start is not None and (end is None or start.start() < end.start()):
+                raise ValueError(f"cell {index}: solution-start inside another solution block")
+            if end is None:
+                pieces.append((source[pos:], True))
+                break
+            pieces.append((source[pos:end.start()], True))
+            inside, pos = False, end.end()
+    return [(text, sol) for text, sol in pieces if text.strip()], inside
+
+
+def _walk(nb: nbformat.NotebookNode):
+    """Yield ``(cell, pieces)``: for markdown cells the split pieces, for code cells one piece.
+
+    Raises:
+        ValueError: unbalanced gated markers.
+    """
+    inside = False
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            pieces, inside = _split_markdown(cell.source, inside, index)
+            yield cell, pieces
+        else:
+            yield cell, [(cell.source, inside)]
+    if inside:
+        raise ValueError("a solution-start has no matching solution-end")
 
 
 def solution_sources(nb: nbformat.NotebookNode) -> list[str]:
     """The source of every solution: the cells of each gated block and each ``{solution}`` block."""
-    sources, inside = [], False
-    for cell in nb.cells:
-        if _is_start(cell):
-            inside = True
-            continue
-        if _is_end(cell):
-            inside = False
-            continue
-        if inside:
-            sources.append(cell.source)
-        elif cell.cell_type == "markdown":
-            sources.extend(m.group(0) for m in _SOLUTION_BLOCK.finditer(cell.source))
+    sources = []
+    for cell, pieces in _walk(nb):
+        for text, is_solution in pieces:
+            if is_solution:
+                sources.append(text)
+            elif cell.cell_type == "markdown":
+                sources.extend(m.group(0) for m in _SOLUTION_BLOCK.finditer(text))
     return sources
 
 
 def strip_solutions(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Return a copy of ``nb`` without solutions and without outputs (the student version).
 
+    Text that shares a markdown cell with a solution marker (an exercise statement before
+    ``{solution-start}``, the next exercise after ``{solution-end}``) is kept.
+
     Raises:
         ValueError: a ``{solution-start}`` without its ``{solution-end}`` (or the reverse), which
             would otherwise silently drop the rest of the notebook.
     """
     out = copy.deepcopy(nb)
-    cells, inside = [], False
-    for index, cell in enumerate(out.cells):
-        if _is_start(cell):
-            if inside:
-                raise ValueError(f"cell {index}: solution-start inside another solution block")
-            inside = True
+    cells = []
+    for cell, pieces in _walk(out):
+        kept = [text for text, is_solution in pieces if not is_solution]
+        if not kept:
             continue
-        if _is_end(cell):
-            if not inside:
-                raise ValueError(f"cell {index}: solution-end without a solution-start")
-            inside = False
-            continue
-        if inside:
-            continue
-        if cell.cell_type == "markdown" and "{solution}" in cell.source:
-            cell.source = _SOLUTION_BLOCK.sub("", cell.source).strip()
+        if cell.cell_type == "markdown":
+            source = "\n\n".join(text.strip("\n") for text in kept)
+            cell.source = _SOLUTION_BLOCK.sub("", source).strip()
             if not cell.source:
                 continue
-        if cell.cell_type == "code":
+        else:
             cell.outputs = []
             cell.execution_count = None
         cells.append(cell)
-    if inside:
-        raise ValueError("a solution-start has no matching solution-end")
     if cells and cells[0].cell_type == "markdown":
         # Keep the title first: the banner goes right after it.
         cells.insert(1, nbformat.v4.new_markdown_cell(STUDENT_BANNER))

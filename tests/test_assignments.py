@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import nbformat
@@ -189,3 +190,33 @@ def test_grade_command_prints_a_summary_and_rejects_a_missing_file(tmp_path, cap
     assert main(["grade", str(tmp_path / "nope.ipynb")]) == 2
     assert "no notebook" in capsys.readouterr().err
     assert main(["grade"]) == 2
+
+
+def test_every_exercise_statement_survives_in_the_student_notebook(dist):
+    out, written = dist
+    for student_path in written["student"]:
+        instructor = (BOOK / student_path.name).read_text()
+        labels = set(re.findall(r":label: (\S+?)\\n", instructor))
+        assert labels, f"{student_path.name}: no exercise labels found"
+        student = student_path.read_text()
+        missing = sorted(label for label in labels if f":label: {label}" not in student)
+        assert not missing, f"{student_path.name}: the statements of {missing} are missing from the student version"
+
+
+def test_text_sharing_a_cell_with_a_marker_is_kept_and_the_solution_is_not():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        md("# Toy"),
+        md("```{exercise} One\n:label: toy-one\n\nSTATEMENT-ONE\n```\n\n"
+           "```{solution-start} toy-one\n:class: dropdown\n```\nSECRET-HEAD"),
+        code("SECRET_CODE = 1"),
+        md("SECRET-TAIL\n\n```{solution-end}\n```\n\n```{exercise} Two\n:label: toy-two\n\nSTATEMENT-TWO\n```"),
+        md("```{solution-start} toy-two\n:class: dropdown\n```\nSECRET-INLINE\n```{solution-end}\n```\nAFTER-TWO"),
+    ]
+    text = json.dumps(strip_solutions(nb))
+    for kept in ("STATEMENT-ONE", "STATEMENT-TWO", "AFTER-TWO", ":label: toy-one", ":label: toy-two"):
+        assert kept in text, kept
+    for secret in ("SECRET-HEAD", "SECRET_CODE", "SECRET-TAIL", "SECRET-INLINE", "solution-start", "solution-end"):
+        assert secret not in text, secret
+    assert {"SECRET-HEAD", "SECRET_CODE = 1", "SECRET-TAIL", "SECRET-INLINE"} <= {
+        s.strip() for src in solution_sources(nb) for s in src.split("\n\n")}
