@@ -1,0 +1,346 @@
+"""Benchmark: English -> French translation quality of three models trained under the same time budget.
+
+1. ``course_lib.Transformer`` (post-norm, sinusoidal positions, the book's model);
+2. ``torch.nn.Transformer`` wrapped in the same embeddings (scaled by sqrt(d), drawn from N(0, 1/d)),
+   the same sinusoidal positional encoding, the same output layer and the same masking conventions:
+   padded source positions are masked in the encoder and in the cross-attention, the decoder's
+   self-attention is causal, target padding is left to the masked loss. Same d, heads, layers, FFN
+   size and dropout; ``nn.Transformer``'s extra final layer norms (which ``course_lib``'s post-norm
+   stacks do not have) are removed, so the two are the same network with each library's own
+   initialisation. It decodes without a cache (the decoder reruns on the whole prefix each step);
+3. ``course_lib.BahdanauSeq2Seq``, a 2-layer GRU encoder--decoder with additive attention.
+
+All three go through the same :func:`course_lib.train_seq2seq` (Adam, same batch size, the same
+warm-up schedule for both Transformers, same seed) on the same split of the Tatoeba pairs
+(:func:`course_lib.load_fra_eng`), for the same wall-clock budget each, and are scored with the same
+:func:`course_lib.evaluate` (corpus BLEU against every reference of a test sentence, greedy
+decoding). The runs are sequential, so on a shared machine a change of load between them changes
+the number of steps each gets: the table reports the steps, the load average (``uptime``) before
+and after, and the median time of a training step of each model measured *interleaved* on the
+same batches before training. ``epochs=`` replaces the time budget by a fixed number of epochs,
+which compares the models at equal steps, independently of speed. Before anything else, the
+wrapper is loaded with a ``course_lib.Transformer``'s weights and must give the same logits.
+
+Run with ``python -m benchmarks`` (every benchmark, 2 minutes per model here) or
+``python -m benchmarks.bench_translation_quality --minutes 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import os
+import statistics
+import time
+import warnings
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+import course_lib as cl
+
+# The notebook's model size (chapter 8.1).
+NUM_HIDDENS, FFN_NUM_HIDDENS, NUM_HEADS, NUM_LAYERS, DROPOUT = 128, 256, 4, 2, 0.1
+# Peak learning rate and warm-up steps of both Transformers (the notebook, with its shorter budget, warms up
+# for 100 steps); the GRU trains best here with a constant rate.
+TRANSFORMER_LR, TRANSFORMER_WARMUP = 2e-3, 200
+GRU_LR = 5e-3
+BATCH_SIZE = 64
+
+
+@dataclass
+class TorchDecoderState:
+    """The uncached decoder state of :class:`TorchTransformerSeq2Seq`.
+
+    Attributes:
+        memory: (B, S, d) encoder output.
+        pad_mask: (B, S) bool, ``True`` at *padded* source positions (``torch.nn``'s convention).
+        tokens: (B, t) the decoder inputs fed so far (``<bos>`` first).
+    """
+
+    memory: torch.Tensor
+    pad_mask: torch.Tensor
+    tokens: torch.Tensor
+
+
+class TorchTransformerSeq2Seq(nn.Module):
+    """``torch.nn.Transformer`` behind the seq2seq protocol of :mod:`course_lib.decode` and :mod:`course_lib.train`.
+
+    Args:
+        src_vocab_size, tgt_vocab_size: V_src, V.
+        num_hiddens, ffn_num_hiddens, num_heads, num_layers, dropout: as in :class:`course_lib.TransformerConfig`
+            (``num_layers`` blocks in the encoder and in the decoder).
+        max_len: positions of the positional encoding.
+        pad_id: id of ``<pad>`` (zero embedding, no gradient).
+    """
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, num_hiddens: int, ffn_num_hiddens: int,
+                 num_heads: int, num_layers: int, dropout: float, max_len: int = 256, pad_id: int = 0) -> None:
+        super().__init__()
+        self.scale = math.sqrt(num_hiddens)
+        self.src_embedding = self._embedding(src_vocab_size, num_hiddens, pad_id)
+        self.tgt_embedding = self._embedding(tgt_vocab_size, num_hiddens, pad_id)
+        self.src_pos = cl.PositionalEncoding(num_hiddens, dropout, max_len)
+        self.tgt_pos = cl.PositionalEncoding(num_hiddens, dropout, max_len)
+        self.transformer = nn.Transformer(num_hiddens, num_heads, num_layers, num_layers, ffn_num_hiddens, dropout,
+                                          batch_first=True, norm_first=False)
+        # nn.Transformer ends both stacks with a LayerNorm even in post-norm; course_lib's post-norm
+        # stacks (like the paper's) do not: remove them so that the two networks are the same.
+        self.transformer.encoder.norm = None
+        self.transformer.decoder.norm = None
+        self.dense = nn.Linear(num_hiddens, tgt_vocab_size)
+
+    @staticmethod
+    def _embedding(vocab_size: int, num_hiddens: int, pad_id: int) -> nn.Embedding:
+        # As course_lib's embedder: N(0, 1/d), so that sqrt(d) * E has the scale of the sinusoids.
+        embedding = nn.Embedding(vocab_size, num_hiddens, padding_idx=pad_id)
+        nn.init.normal_(embedding.weight, std=num_hiddens**-0.5)
+        with torch.no_grad():
+            embedding.weight[pad_id].zero_()
+        return embedding
+
+    def forward(self, src: torch.Tensor, src_valid_lens: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: src (B, S), src_valid_lens (B,), tgt_in (B, T) -> logits (B, T, V)."""
+        memory, pad_mask = self.encode(src, src_valid_lens)
+        return self._decode(tgt_in, memory, pad_mask)
+
+    def encode(self, src: torch.Tensor, src_valid_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The memory (B, S, d) and the source padding mask (B, S), ``True`` = padding."""
+        pad_mask = torch.arange(src.shape[1], device=src.device) >= src_valid_lens.to(src.device)[:, None]
+        X = self.src_pos(self.src_embedding(src) * self.scale)
+        return self.transformer.encoder(X, src_key_padding_mask=pad_mask), pad_mask
+
+    def _decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, pad_mask: torch.Tensor) -> torch.Tensor:
+        T = tgt_in.shape[1]
+        # torch.nn's attn_mask: True = may NOT attend (course_lib's masks use the opposite convention).
+        causal = torch.triu(torch.ones(T, T, dtype=torch.bool, device=tgt_in.device), diagonal=1)
+        Y = self.tgt_pos(self.tgt_embedding(tgt_in) * self.scale)
+        Y = self.transformer.decoder(Y, memory, tgt_mask=causal, memory_key_padding_mask=pad_mask, tgt_is_causal=True)
+        return self.dense(Y)  # (B, T, V)
+
+    def init_decoder_state(self, memory: tuple[torch.Tensor, torch.Tensor],
+                           src_valid_lens: torch.Tensor) -> TorchDecoderState:
+        enc, pad_mask = memory
+        return TorchDecoderState(enc, pad_mask, enc.new_zeros(enc.shape[0], 0, dtype=torch.long))
+
+    def decode_step(self, tokens: torch.Tensor, state: TorchDecoderState) -> tuple[torch.Tensor, TorchDecoderState]:
+        """No cache: rerun the decoder on the whole prefix and keep the last position's logits (B, V)."""
+        prefix = torch.cat([state.tokens, tokens], dim=1)  # (B, t + 1)
+        logits = self._decode(prefix, state.memory, state.pad_mask)[:, -1]
+        return logits, replace(state, tokens=prefix)
+
+    def reorder_state(self, state: TorchDecoderState, index: torch.Tensor) -> TorchDecoderState:
+        index = index.to(state.memory.device, torch.long)
+        return TorchDecoderState(state.memory.index_select(0, index), state.pad_mask.index_select(0, index),
+                                 state.tokens.index_select(0, index))
+
+
+def copy_weights(ours: cl.Transformer, theirs: TorchTransformerSeq2Seq) -> None:
+    """Load ``ours``'s weights into ``theirs`` (same sizes): the two must then compute the same function."""
+
+    def attention(t: nn.MultiheadAttention, o: cl.MultiHeadAttention) -> None:
+        t.in_proj_weight.copy_(torch.cat([o.W_q.weight, o.W_k.weight, o.W_v.weight]))
+        t.in_proj_bias.copy_(torch.cat([o.W_q.bias, o.W_k.bias, o.W_v.bias]))
+        linear(t.out_proj, o.W_o)
+
+    def linear(t: nn.Module, o: nn.Module) -> None:  # nn.Linear or nn.LayerNorm
+        t.weight.copy_(o.weight)
+        t.bias.copy_(o.bias)
+
+    with torch.no_grad():
+        theirs.src_embedding.weight.copy_(ours.encoder.embed.embedding.weight)
+        theirs.tgt_embedding.weight.copy_(ours.decoder.embed.embedding.weight)
+        linear(theirs.dense, ours.decoder.dense)
+        for t, o in zip(theirs.transformer.encoder.layers, ours.encoder.blocks, strict=True):
+            attention(t.self_attn, o.attention)
+            linear(t.linear1, o.ffn.dense1)
+            linear(t.linear2, o.ffn.dense2)
+            linear(t.norm1, o.addnorm1.ln)
+            linear(t.norm2, o.addnorm2.ln)
+        for t, o in zip(theirs.transformer.decoder.layers, ours.decoder.blocks, strict=True):
+            attention(t.self_attn, o.self_attention)
+            attention(t.multihead_attn, o.cross_attention)
+            linear(t.linear1, o.ffn.dense1)
+            linear(t.linear2, o.ffn.dense2)
+            linear(t.norm1, o.addnorm1.ln)
+            linear(t.norm2, o.addnorm2.ln)
+            linear(t.norm3, o.addnorm3.ln)
+
+
+def same_network_check(seed: int = 0) -> float:
+    """Largest |logit difference| between a small ``cl.Transformer`` and the wrapper given its weights.
+
+    Dropout off, padded sources, in eval mode; 0 (up to float rounding) means the wrapper is the same
+    network as ``course_lib``'s, so the benchmark compares implementations and initialisations only.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    ours = cl.Transformer(cl.TransformerConfig(50, 60, num_hiddens=32, ffn_num_hiddens=64, num_heads=4,
+                                               num_enc_layers=2, num_dec_layers=2, dropout=0.0)).eval()
+    theirs = TorchTransformerSeq2Seq(50, 60, 32, 64, 4, 2, 0.0).eval()
+    copy_weights(ours, theirs)
+    src_valid_lens = torch.tensor([7, 3, 5, 1])
+    src = torch.randint(4, 50, (4, 7), generator=gen).masked_fill(torch.arange(7) >= src_valid_lens[:, None], 0)
+    tgt_in = torch.randint(4, 60, (4, 6), generator=gen)
+    with torch.no_grad():
+        return (ours(src, src_valid_lens, tgt_in) - theirs(src, src_valid_lens, tgt_in)).abs().max().item()
+
+
+@dataclass(frozen=True)
+class Result:
+    """One trained model's row of the table."""
+
+    name: str
+    parameters: int
+    steps: int
+    epochs: int
+    seconds: float
+    train_loss: float
+    valid_loss: float
+    bleu: float
+    exact_match: float
+    ms_per_step: float = float("nan")
+
+
+def build_models(data) -> dict[str, tuple[nn.Module, dict]]:
+    """The three models (each initialised after ``cl.set_seed(0)``) and their ``train_seq2seq`` settings."""
+    V_src, V_tgt = len(data.src_vocab), len(data.tgt_vocab)
+    transformer_kw = {"lr": TRANSFORMER_LR, "warmup_steps": TRANSFORMER_WARMUP}
+    cl.set_seed(0)
+    ours = cl.Transformer(cl.TransformerConfig(V_src, V_tgt, num_hiddens=NUM_HIDDENS, ffn_num_hiddens=FFN_NUM_HIDDENS,
+                                               num_heads=NUM_HEADS, num_enc_layers=NUM_LAYERS,
+                                               num_dec_layers=NUM_LAYERS, dropout=DROPOUT))
+    cl.set_seed(0)
+    theirs = TorchTransformerSeq2Seq(V_src, V_tgt, NUM_HIDDENS, FFN_NUM_HIDDENS, NUM_HEADS, NUM_LAYERS, DROPOUT)
+    cl.set_seed(0)
+    gru = cl.BahdanauSeq2Seq(cl.Seq2SeqRNNConfig(V_src, V_tgt, embed_size=NUM_HIDDENS, num_hiddens=NUM_HIDDENS,
+                                                 num_layers=NUM_LAYERS, dropout=DROPOUT))
+    return {
+        "course_lib.Transformer": (ours, transformer_kw),
+        "torch.nn.Transformer": (theirs, transformer_kw),
+        "Bahdanau GRU": (gru, {"lr": GRU_LR, "warmup_steps": 0}),
+    }
+
+
+def run_one(name: str, model: nn.Module, settings: dict, data, minutes: float | None, epochs: int | None,
+            device: torch.device, seed: int = 0) -> Result:
+    """Train one model with :func:`course_lib.train_seq2seq` and score it on the test split (greedy)."""
+    history = cl.train_seq2seq(model, data, minutes=minutes, epochs=epochs, batch_size=BATCH_SIZE, device=device,
+                               seed=seed, progress=False, **settings)
+    metrics = cl.evaluate(model, data, "test", decoding="greedy")
+    tail = history.train_loss[-50:]
+    return Result(name, cl.num_parameters(model), history.steps, history.epochs, history.seconds,
+                  sum(tail) / len(tail), history.valid_loss[-1], metrics["bleu"], metrics["exact_match"])
+
+
+def interleaved_step_ms(models: dict[str, tuple[nn.Module, dict]], data, device: torch.device, n_steps: int = 5,
+                        repeats: int = 5) -> dict[str, float]:
+    """Median milliseconds per training step (forward, backward, clipping, Adam) of each model, interleaved.
+
+    The wall-clock budget hides speed inside the step counts, and the models train one after the other,
+    so a change of machine load between them shifts the counts. Here copies of the models take the same
+    ``n_steps`` batches in turn, ``repeats`` times, alternating the order, as ``bench_attention`` does.
+    """
+    batches = [b.to(device) for b in data.batches("train", BATCH_SIZE, shuffle=True,
+                                                  generator=torch.Generator().manual_seed(0))][:n_steps]
+    copies = {name: copy.deepcopy(model).to(device).train() for name, (model, _) in models.items()}
+    optimizers = {name: torch.optim.Adam(m.parameters(), lr=1e-4) for name, m in copies.items()}
+
+    def run(name: str) -> float:
+        model, optimizer = copies[name], optimizers[name]
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        for b in batches:
+            loss = cl.masked_cross_entropy(model(b.src, b.src_valid_lens, b.tgt_in), b.tgt_out, b.tgt_valid_lens)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return 1e3 * (time.perf_counter() - start) / len(batches)
+
+    for name in copies:
+        run(name)  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in copies}
+    names = list(copies)
+    for rep in range(repeats):
+        for name in names if rep % 2 == 0 else reversed(names):
+            times[name].append(run(name))
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def _load() -> str:
+    try:
+        return "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+    except OSError:  # not available on every platform
+        return "n/a"
+
+
+def format_table(results: list[Result], title: str) -> str:
+    """Plain-text table, columns aligned."""
+    header = ["model", "parameters", "ms/step (interleaved)", "steps", "epochs", "s/100 steps", "train loss",
+              "valid loss", "BLEU (greedy)", "exact match"]
+    rows = [[r.name, f"{r.parameters:,}", f"{r.ms_per_step:.0f}", str(r.steps), str(r.epochs),
+             f"{100 * r.seconds / max(r.steps, 1):.1f}", f"{r.train_loss:.3f}", f"{r.valid_loss:.3f}", f"{r.bleu:.2f}",
+             f"{r.exact_match:.3f}"]
+            for r in results]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        # The model name left-aligned, numbers right-aligned.
+        padded = (c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+        return "  ".join(padded)
+
+    return "\n".join([title, line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def main(minutes: float | None = 2.0, epochs: int | None = None, seed: int = 0) -> list[Result]:
+    """Time a few training steps of each model (interleaved), train them in turn, print the table, return its rows.
+
+    Args:
+        minutes: wall-clock training budget per model (None: train for ``epochs`` only).
+        epochs: stop each model after this many epochs (with ``minutes=None``: equal-step comparison).
+        seed: the training seed (shuffling, dropout); the models are initialised with seed 0.
+
+    Returns:
+        One :class:`Result` per model (none when the data file is absent).
+    """
+    try:
+        data = cl.load_fra_eng()
+    except cl.DataNotFoundError as e:
+        print(f"skipped: the English-French file is not on this machine ({e})")
+        return []
+    device = cl.try_gpu()
+    # nn.TransformerEncoder's evaluation fast path (nested tensors for padded batches) warns that it is a prototype.
+    warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors is in prototype stage")
+    print(f"torch.nn.Transformer wrapper loaded with course_lib.Transformer's weights: largest logit difference "
+          f"{same_network_check():.2e}")
+    budget = f"{minutes:g} min" if minutes is not None else ""
+    if epochs is not None:
+        budget = f"{budget}{' or ' if budget else ''}{epochs} epochs"
+    load_before = _load()
+    models = build_models(data)
+    ms_per_step = interleaved_step_ms(models, data, device)
+    results = [replace(run_one(name, model, settings, data, minutes, epochs, device, seed),
+                       ms_per_step=ms_per_step[name])
+               for name, (model, settings) in models.items()]
+    title = (f"English->French (Tatoeba, {len(data.train)} train pairs, {len(data.references['test'])} test sources), "
+             f"{budget} per model, d={NUM_HIDDENS}, h={NUM_HEADS}, {NUM_LAYERS}+{NUM_LAYERS} layers, "
+             f"FFN {FFN_NUM_HIDDENS}, dropout {DROPOUT}, batch {BATCH_SIZE}\n"
+             f"device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+             f"load average before {load_before}, after {_load()}")
+    print(format_table(results, title))
+    return results
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--minutes", type=float, default=2.0,
+                        help="training budget per model (default 2; 0: no time limit, give --epochs)")
+    parser.add_argument("--epochs", type=int, help="train this many epochs per model instead of (or within) minutes")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    main(minutes=args.minutes if args.minutes > 0 else None, epochs=args.epochs, seed=args.seed)
