@@ -4,14 +4,18 @@ Forward + backward of self-attention with key padding (random valid lengths), sa
 in training mode with dropout 0; ``torch.nn.MultiheadAttention`` gets ``batch_first=True`` and
 ``need_weights=False`` (its fastest path). The two are timed in one run, interleaved (the order
 alternates each repetition) so that a change of machine load hits both; the table reports the
-median over the repetitions.
+median time over the repetitions and, as the ratio, the median of the per-repetition ratios (in
+wall-clock time, and in process CPU time, which a busy machine disturbs less).
 
 Run with ``python -m benchmarks`` (every benchmark) or ``python -m benchmarks.bench_attention``.
-On a shared CPU check ``uptime`` first: the ratios are only meaningful on a quiet machine.
+On a shared CPU check ``uptime`` first: the ratios are only meaningful on a quiet machine (on a busy
+one, ``OMP_NUM_THREADS=1`` keeps the timings far steadier; a warning is printed when the load exceeds
+the core count).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -32,16 +36,18 @@ CONFIGS = [
 
 @dataclass(frozen=True)
 class Result:
-    """Median seconds per forward+backward step of both implementations for one configuration."""
+    """One configuration: median seconds per forward+backward step of both, and their ratios.
+
+    ``ratio`` and ``cpu_ratio`` are medians of the per-repetition ratios (see :meth:`Timings.ratio`),
+    in wall-clock and in process CPU time.
+    """
 
     label: str
     shape: str
     ours_s: float
     torch_s: float
-
-    @property
-    def ratio(self) -> float:
-        return self.ours_s / self.torch_s
+    ratio: float
+    cpu_ratio: float
 
 
 def _sync(device: torch.device) -> None:
@@ -49,39 +55,106 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _mean_step_time(step: Callable[[], None], n_inner: int, device: torch.device) -> float:
+def _timed(step: Callable[[], None], n_inner: int, device: torch.device) -> tuple[float, float]:
+    """Wall-clock and process CPU seconds per call of ``step``, over ``n_inner`` calls."""
     _sync(device)
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(n_inner):
         step()
     _sync(device)
-    return (time.perf_counter() - start) / n_inner
+    return (time.perf_counter() - wall) / n_inner, (time.process_time() - cpu) / n_inner
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Seconds per call of each contender, one entry per interleaved repetition.
+
+    Attributes:
+        wall: name -> wall-clock seconds per call, one per repetition.
+        cpu: name -> process CPU seconds per call (all threads), one per repetition. On a shared
+            machine it is less sensitive than wall time to this process being descheduled.
+    """
+
+    wall: dict[str, list[float]]
+    cpu: dict[str, list[float]]
+
+    def median(self, name: str) -> float:
+        """Median wall-clock seconds per call of ``name``."""
+        return statistics.median(self.wall[name])
+
+    def ratio(self, a: str, b: str, clock: str = "wall") -> float:
+        """Median over the repetitions of ``a``'s time / ``b``'s time in that repetition.
+
+        The two timings of one repetition are taken back to back, so a change of machine load
+        between repetitions cancels in their ratio; the median then discards the repetitions a
+        burst of load hit on one side only.
+        """
+        times = self.wall if clock == "wall" else self.cpu
+        return statistics.median(x / y for x, y in zip(times[a], times[b], strict=True))
 
 
 def compare(steps: dict[str, Callable[[], None]], device: torch.device, repeats: int = 9,
             n_inner: int = 5, warmup: int = 3) -> dict[str, float]:
-    """Median seconds per call of each step, measured interleaved.
+    """Median seconds per call of each step, measured interleaved (see :func:`compare_timings`).
+
+    Returns:
+        name -> median wall-clock seconds per call.
+    """
+    timings = compare_timings(steps, device, repeats, n_inner, warmup)
+    return {name: timings.median(name) for name in steps}
+
+
+def compare_timings(steps: dict[str, Callable[[], None]], device: torch.device, repeats: int = 9,
+                    n_inner: int = 5, warmup: int = 3) -> Timings:
+    """Time each step, interleaved: one timing of every step per repetition.
 
     Args:
         steps: name -> zero-argument callable doing one step.
         device: where the steps run (synchronised around each timing on CUDA).
-        repeats: number of interleaved repetitions; the median over them is reported.
+        repeats: number of interleaved repetitions.
         n_inner: calls per timing.
         warmup: untimed calls of each step first.
 
     Returns:
-        name -> median seconds per call.
+        The per-repetition timings; see :meth:`Timings.median` and :meth:`Timings.ratio`.
     """
     for step in steps.values():
         for _ in range(warmup):
             step()
-    times: dict[str, list[float]] = {name: [] for name in steps}
+    wall: dict[str, list[float]] = {name: [] for name in steps}
+    cpu: dict[str, list[float]] = {name: [] for name in steps}
     names = list(steps)
     for rep in range(repeats):
         # Alternate the order so that neither implementation always runs right after the other.
         for name in names if rep % 2 == 0 else reversed(names):
-            times[name].append(_mean_step_time(steps[name], n_inner, device))
-    return {name: statistics.median(ts) for name, ts in times.items()}
+            w, c = _timed(steps[name], n_inner, device)
+            wall[name].append(w)
+            cpu[name].append(c)
+    return Timings(wall, cpu)
+
+
+def environment(device: torch.device) -> str:
+    """Device, torch version, threads and the machine's load (1-minute average; the CPU's core count)."""
+    env = f"device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    if hasattr(os, "getloadavg"):
+        env += f", load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    return env
+
+
+def busy_warning() -> str | None:
+    """A warning when the CPU is oversubscribed (1-minute load above the core count), else ``None``.
+
+    Several threads per process on a busy machine make every timing erratic (threads wait for each
+    other's descheduled partners), so the line suggests one thread per process instead.
+    """
+    if not hasattr(os, "getloadavg"):
+        return None
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load <= cores:
+        return None
+    advice = " or with OMP_NUM_THREADS=1" if torch.get_num_threads() > 1 else ""
+    return (f"warning: the machine is busy (load {load:.1f} on {cores} cores); timings are noisy, re-run on a "
+            f"quiet machine{advice}")
 
 
 def _copy_weights(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
@@ -91,17 +164,17 @@ def _copy_weights(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> No
 
 
 def bench_config(batch: int, length: int, num_hiddens: int, num_heads: int, device: torch.device,
-                 repeats: int = 9, n_inner: int = 5, seed: int = 0) -> tuple[float, float]:
-    """Median seconds per forward+backward step: (ours, torch.nn.MultiheadAttention).
+                 repeats: int = 9, n_inner: int = 5, seed: int = 0) -> Timings:
+    """Forward+backward timings of ours (``"ours"``) and ``torch.nn.MultiheadAttention`` (``"torch"``).
 
     Args:
         batch, length, num_hiddens, num_heads: the problem size; inputs are (batch, length, num_hiddens).
         device: where to run.
-        repeats, n_inner: see :func:`compare`.
+        repeats, n_inner: see :func:`compare_timings`.
         seed: seeds the weights, inputs and valid lengths (a local generator).
 
     Returns:
-        (ours_seconds, torch_seconds)
+        The interleaved timings (see :class:`Timings`).
     """
     gen = torch.Generator().manual_seed(seed)
     ours = MultiHeadAttention(num_hiddens, num_heads).to(device).train()
@@ -126,34 +199,40 @@ def bench_config(batch: int, length: int, num_hiddens: int, num_heads: int, devi
         x.grad = None
         theirs(x, x, x, key_padding_mask=key_padding_mask, need_weights=False)[0].backward(grad_out)
 
-    medians = compare({"ours": step_ours, "torch": step_torch}, device, repeats=repeats, n_inner=n_inner)
-    return medians["ours"], medians["torch"]
+    return compare_timings({"ours": step_ours, "torch": step_torch}, device, repeats=repeats, n_inner=n_inner)
 
 
 def format_table(results: list[Result], device: torch.device) -> str:
     """Plain-text table, columns aligned."""
-    header = ["config", "shape (B, T, d, h)", "ours (ms)", "torch (ms)", "ours/torch"]
-    rows = [[r.label, r.shape, f"{1e3 * r.ours_s:.2f}", f"{1e3 * r.torch_s:.2f}", f"{r.ratio:.2f}"]
-            for r in results]
+    header = ["config", "shape (B, T, d, h)", "ours (ms)", "torch (ms)", "ours/torch", "(cpu time)"]
+    rows = [[r.label, r.shape, f"{1e3 * r.ours_s:.2f}", f"{1e3 * r.torch_s:.2f}", f"{r.ratio:.2f}",
+             f"{r.cpu_ratio:.2f}"] for r in results]
+    title = (f"MultiHeadAttention forward+backward with key padding vs torch.nn.MultiheadAttention "
+             f"({environment(device)}); ratios: median over repetitions of ours/torch")
+    return table(title, header, rows)
+
+
+def table(title: str, header: list[str], rows: list[list[str]], n_text: int = 2) -> str:
+    """Plain-text table: the first ``n_text`` columns left-aligned, the others (numbers) right-aligned."""
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
-        # Text columns left-aligned, numbers right-aligned.
-        cells = [c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))]
-        return "  ".join(cells)
+        return "  ".join(c.ljust(w) if i < n_text else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
 
-    title = (f"MultiHeadAttention forward+backward with key padding vs torch.nn.MultiheadAttention "
-             f"(device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads)")
     return "\n".join([title, line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
 def main(repeats: int = 9, n_inner: int = 5) -> list[Result]:
     """Time every configuration, print the table and return the results."""
     device = try_gpu()
+    if (warning := busy_warning()) is not None:
+        print(warning)
     results = []
     for label, batch, length, num_hiddens, num_heads in CONFIGS:
-        ours_s, torch_s = bench_config(batch, length, num_hiddens, num_heads, device, repeats, n_inner)
-        results.append(Result(label, f"({batch}, {length}, {num_hiddens}, {num_heads})", ours_s, torch_s))
+        t = bench_config(batch, length, num_hiddens, num_heads, device, repeats, n_inner)
+        results.append(Result(label, f"({batch}, {length}, {num_hiddens}, {num_heads})", t.median("ours"),
+                              t.median("torch"), t.ratio("ours", "torch"), t.ratio("ours", "torch", "cpu")))
     print(format_table(results, device))
     return results
 

@@ -195,7 +195,14 @@ class MultiHeadAttention(nn.Module):
                       kv_cache: KVCache | None) -> None:
         layout = {"queries": "(batch, n_queries, num_hiddens)", "keys": "(batch, n_keys, num_hiddens)",
                   "values": "(batch, n_keys, num_hiddens)"}
+        dtype = self.W_q.weight.dtype
+        checked: list[torch.Tensor] = []
         for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+            # Self-attention passes one tensor three times: check it once (an error names it as
+            # the first argument it came in as, as before).
+            if any(t is c for c in checked):
+                continue
+            checked.append(t)
             check_floating(t, name)
             check_ndim(t, name, 3, layout[name])
             if t.shape[2] != self.num_hiddens:
@@ -203,9 +210,9 @@ class MultiHeadAttention(nn.Module):
                     f"{name} must have size num_hiddens = {self.num_hiddens} in its last axis "
                     f"{layout[name]}, got shape {tuple(t.shape)}"
                 )
-            if t.dtype != self.W_q.weight.dtype:
+            if t.dtype != dtype:
                 raise TypeError(f"{name} has dtype {t.dtype} but the projections have dtype "
-                                f"{self.W_q.weight.dtype}; convert one of them (e.g. module.to(dtype))")
+                                f"{dtype}; convert one of them (e.g. module.to(dtype))")
         check_same_size(queries, "queries", 0, keys, "keys", 0)
         check_same_size(keys, "keys", 0, values, "values", 0)
         check_same_size(keys, "keys", 1, values, "values", 1)
@@ -228,7 +235,10 @@ class MultiHeadAttention(nn.Module):
             q, k, v = self._stacked_linear(queries, (self.W_q, self.W_k, self.W_v)).chunk(3, dim=-1)
         elif keys is values:
             q = self.W_q(queries)
-            k, v = self._stacked_linear(keys, (self.W_k, self.W_v)).chunk(2, dim=-1)
+            # No new keys (the decoder's cross-attention, its memory already in the cache): nothing
+            # to project, and no copy of the stacked weights at every decoding step.
+            k, v = (keys, values) if keys.shape[1] == 0 else (
+                self._stacked_linear(keys, (self.W_k, self.W_v)).chunk(2, dim=-1))
         else:
             q, k, v = self.W_q(queries), self.W_k(keys), self.W_v(values)
         return self._split_heads(q), self._split_heads(k), self._split_heads(v)
@@ -240,8 +250,9 @@ class MultiHeadAttention(nn.Module):
         return F.linear(x, weight, bias)
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        # (B, T, d) -> (B, T, h, d_h) -> (B, h, T, d_h); a view, no copy.
-        return x.unflatten(-1, (self.num_heads, self.head_size)).transpose(1, 2)
+        # (B, T, d) -> (B, T, h, d_h) -> (B, h, T, d_h); a view, no copy. (view rather than
+        # Tensor.unflatten, whose Python wrapper costs more than the view itself.)
+        return x.view(x.shape[0], x.shape[1], self.num_heads, self.head_size).transpose(1, 2)
 
     def _build_mask(self, batch: int, n_q: int, n_k: int, valid_lens: torch.Tensor | None, causal: bool,
                     mask: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
@@ -280,10 +291,11 @@ class MultiHeadAttention(nn.Module):
         if mask.dtype != torch.bool:
             raise TypeError(f"mask must be a bool tensor (True = attend), got dtype {mask.dtype}")
         target = (batch, n_q, n_k) if mask.dim() <= 3 else (batch, self.num_heads, n_q, n_k)
-        try:
-            ok = torch.broadcast_shapes(mask.shape, target) == target
-        except RuntimeError:
-            ok = False
+        # Broadcasts *to* target: no extra axis, each trailing axis 1 or equal. Checked by hand because
+        # torch.broadcast_shapes is a Python reference implementation, slow enough to show in a
+        # training step (the encoder checks its padding mask in every block).
+        ok = mask.dim() <= len(target) and all(
+            m in (1, t) for m, t in zip(reversed(mask.shape), reversed(target), strict=False))
         if not ok:
             raise ValueError(
                 f"mask of shape {tuple(mask.shape)} does not broadcast to (batch, n_queries, n_keys) = "
@@ -309,7 +321,10 @@ class MultiHeadAttention(nn.Module):
         row_ok = None
         if keep is not None:
             row_ok = keep.any(dim=-1, keepdim=True)  # (B or 1, 1 or h, Tq, 1)
-            if bool(row_ok.all()):
+            # On the CPU the test is cheap and usually spares the fix-up below. On an accelerator
+            # bool() would wait for the device at every call, so the fix-up always runs there; it
+            # changes nothing (not a bit) when every query has a key.
+            if keep.device.type == "cpu" and bool(row_ok.all()):
                 row_ok = None
             else:
                 # Depending on the version and the kernel, SDPA returns NaN or 0 for a query with

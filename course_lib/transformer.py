@@ -235,15 +235,17 @@ def _check_tokens(x: object, name: str, layout: str, vocab_size: int) -> torch.T
     return x
 
 
-def _check_lens(src: torch.Tensor, src_valid_lens: object) -> torch.Tensor:
-    check_tensor(src_valid_lens, "src_valid_lens")
+def _check_lens(src: torch.Tensor, src_valid_lens: object, name: str = "src_valid_lens",
+                what: str = "src") -> torch.Tensor:
+    """Validate ``name``: (batch,) integer lengths in [0, T] for ``what`` of shape (batch, T, ...)."""
+    check_tensor(src_valid_lens, name)
     if src_valid_lens.shape != (src.shape[0],):
-        raise ValueError(f"src_valid_lens must have shape ({src.shape[0]},) for src of shape {tuple(src.shape)}, "
+        raise ValueError(f"{name} must have shape ({src.shape[0]},) for {what} of shape {tuple(src.shape)}, "
                          f"got {tuple(src_valid_lens.shape)}")
     if src_valid_lens.is_floating_point() or src_valid_lens.dtype == torch.bool:
-        raise TypeError(f"src_valid_lens must be an integer tensor, got dtype {src_valid_lens.dtype}")
+        raise TypeError(f"{name} must be an integer tensor, got dtype {src_valid_lens.dtype}")
     if src_valid_lens.numel() and bool(((src_valid_lens < 0) | (src_valid_lens > src.shape[1])).any()):
-        raise ValueError(f"src_valid_lens must lie in [0, {src.shape[1]}] for src of shape {tuple(src.shape)}, "
+        raise ValueError(f"{name} must lie in [0, {src.shape[1]}] for {what} of shape {tuple(src.shape)}, "
                          f"got {src_valid_lens.tolist()}")
     return src_valid_lens.to(src.device, torch.long)
 
@@ -498,8 +500,10 @@ class TransformerDecoder(nn.Module):
         """
         _check_tokens(tgt_in, "tgt_in", "(batch, T)", self.vocab_size)
         _check_memory(memory, tgt_in, self.num_hiddens)
-        mask = None if memory_valid_lens is None else _key_mask(_check_lens(memory[..., 0], memory_valid_lens),
-                                                                memory.shape[1])
+        mask = None
+        if memory_valid_lens is not None:
+            lens = _check_lens(memory[..., 0], memory_valid_lens, "memory_valid_lens", "memory")
+            mask = _key_mask(lens, memory.shape[1])
         X = self.embed(tgt_in)
         for block in self.blocks:
             X = block(X, memory, memory_mask=mask)
