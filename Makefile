@@ -25,11 +25,13 @@ book: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check course_lib tests benchmarks
 
-# One pytest run for unit tests and notebooks, so its closing line counts everything.
+# One pytest run for unit tests and notebooks, so its closing line counts everything. JOBS workers
+# (pytest-xdist); --dist loadscope keeps the cells of one notebook together, in order, in one kernel.
+JOBS ?= 2
 test: lint
-	$(BIN)/python -m pytest tests book -p no:cacheprovider -q \
+	$(BIN)/python -m pytest tests book -p no:cacheprovider -q -n $(JOBS) --dist loadscope \
 	    --nbval-lax --nbval-current-env --nbval-cell-timeout=900 \
-	    --ignore=book/_build --ignore=_build
+	    --ignore=book/_build --ignore=_build --durations=10
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests -q
