@@ -4,7 +4,7 @@ One module per chapter concept; everything a notebook uses is importable from he
 """
 
 # Chapters 4-8: multi-head attention, positions, the Transformer, the RNN baseline, training and decoding.
-from . import data
+from . import data, sparse
 from .attention import attention_pool, parameter_free_self_attention, softmax_attention
 from .checkpoint import FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
 from .data import DataNotFoundError, Seq2SeqData, Vocab, load_dates, load_fra_eng
@@ -46,6 +46,18 @@ from .scoring import (
     bilinear_scores,
     cosine_scores,
     dot_product_scores,
+)
+from .sparse import (
+    SparseMultiHeadAttention,
+    default_stride,
+    dense_attention,
+    fixed_attention,
+    fixed_pattern,
+    fused_attention,
+    peak_memory,
+    strided_attention,
+    strided_pattern,
+    use_sparse_attention,
 )
 from .train import (
     TrainHistory,
@@ -96,6 +108,7 @@ __all__ = [
     "Seq2SeqDecoder",
     "Seq2SeqRNN",
     "Seq2SeqRNNConfig",
+    "SparseMultiHeadAttention",
     "TrainHistory",
     "Transformer",
     "TransformerConfig",
@@ -116,12 +129,17 @@ __all__ = [
     "cosine_scores",
     "data",
     "default_max_len",
+    "default_stride",
+    "dense_attention",
     "dot_product_scores",
     "epanechnikov_kernel",
     "evaluate",
     "evaluate_loss",
     "exact_match",
     "fit_nw_kernel_regression",
+    "fixed_attention",
+    "fixed_pattern",
+    "fused_attention",
     "gaussian_kernel",
     "get_kernel",
     "greedy_decode",
@@ -135,6 +153,7 @@ __all__ = [
     "nadaraya_watson",
     "num_parameters",
     "parameter_free_self_attention",
+    "peak_memory",
     "plot_curves",
     "plot_history",
     "plot_kernels",
@@ -147,11 +166,15 @@ __all__ = [
     "show_heatmaps",
     "sinusoidal_table",
     "softmax_attention",
+    "sparse",
     "store_attention_weights",
+    "strided_attention",
+    "strided_pattern",
     "train_seq2seq",
     "translate",
     "triangular_kernel",
     "try_gpu",
+    "use_sparse_attention",
     "valid_lens_to_mask",
     "warmup_lr",
 ]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from ._validation import (
     check_floating,

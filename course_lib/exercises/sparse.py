@@ -1,3 +1,195 @@
-"""Checkers for the exercises of chapter 9, sparse attention."""
+"""Checkers for the exercises of chapter 9, sparse attention.
+
+References are computed here by Python loops over positions and blocks, independently of
+``course_lib.sparse``, which the exercises ask the student to rebuild in part.
+"""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from ._core import ExerciseFailure, checker, expect, expect_close
+
+
+def _call(answer: Callable, case: str, *args: object) -> object:
+    """Call the student's function; a crash becomes a failure that names the case."""
+    try:
+        return answer(*args)
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        raise ExerciseFailure(f"{case}: your function raised {type(error).__name__}: {error}") from None
+
+
+# --- sparse.window_global_pattern ---------------------------------------------------------------
+
+
+def _loop_window_global(n: int, window: int, n_global: int) -> torch.Tensor:
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    for i in range(n):
+        for j in range(n):
+            mask[i, j] = abs(i - j) <= window or i < n_global or j < n_global
+    return mask
+
+
+@checker("sparse.window_global_pattern",
+         "window_global_pattern(n, window, n_global): a sliding window plus global tokens, as an (n, n) bool mask")
+def check_window_global_pattern(answer: Callable) -> int:
+    n_checks = 0
+    for n, window, n_global in ((10, 2, 1), (12, 1, 3), (7, 0, 0), (5, 10, 0), (9, 3, 9), (16, 2, 2)):
+        case = f"n={n}, window={window}, n_global={n_global}"
+        got = _call(answer, case, n, window, n_global)
+        expected = _loop_window_global(n, window, n_global)
+        expect(isinstance(got, torch.Tensor), f"{case}: return a torch.Tensor, got {type(got).__name__}")
+        expect(tuple(got.shape) == (n, n), f"{case}: expected shape ({n}, {n}), got {tuple(got.shape)}")
+        expect(got.dtype == torch.bool,
+               f"{case}: return a bool tensor (True = attend), got dtype {got.dtype}; comparisons such as "
+               "(i - j).abs() <= window give one, combine them with | and &")
+        got = got.cpu()
+        if torch.equal(got, expected):
+            n_checks += 1
+            continue
+        i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+        window_too_short = ((i - j).abs() < window) | (i < n_global) | (j < n_global)
+        if window > 0 and torch.equal(got, window_too_short):
+            raise ExerciseFailure(f"{case}: the window is one position too short: |i - j| <= window is allowed "
+                                  "(window positions on each side and the position itself)")
+        only_columns = ((i - j).abs() <= window) | (j < n_global)
+        only_rows = ((i - j).abs() <= window) | (i < n_global)
+        if torch.equal(got, only_columns) or torch.equal(got, only_rows):
+            raise ExerciseFailure(f"{case}: a global token works both ways: it attends to every position (rows "
+                                  "i < n_global are all True) and every position attends to it (columns "
+                                  "j < n_global are all True)")
+        wrong = (got != expected).nonzero()[0].tolist()
+        raise ExerciseFailure(f"{case}: entry (i, j) = {tuple(wrong)} should be {bool(expected[tuple(wrong)])}; "
+                              "query i attends to key j when |i - j| <= window or i < n_global or j < n_global")
+    return n_checks
+
+
+# --- sparse.strided_pairs -----------------------------------------------------------------------
+
+
+def _pairs_by_blocks(n: int, stride: int) -> int:
+    """Allowed (i, j) pairs of the causal strided pattern, one block of rows at a time.
+
+    Row i = b * stride + r sees min(i + 1, stride) positions of its band and b earlier positions of
+    its column (one in each earlier block).
+    """
+    total = 0
+    for start in range(0, n, stride):
+        b, end = start // stride, min(start + stride, n)
+        if b == 0:
+            total += sum(i + 1 for i in range(start, end))  # short bands, no column yet
+        else:
+            total += (end - start) * (stride + b)
+    return total
+
+
+def _pairs_by_loops(n: int, stride: int) -> int:
+    return sum(1 for i in range(n) for j in range(i + 1) if i - j < stride or (i - j) % stride == 0)
+
+
+@checker("sparse.strided_pairs",
+         "strided_pairs(n, stride): the number of pairs (i, j) the causal strided pattern allows, in closed form")
+def check_strided_pairs(answer: Callable) -> int:
+    n_checks = 0
+    small = [(1, 1), (5, 1), (5, 2), (16, 4), (17, 4), (3, 8), (30, 7), (64, 8), (100, 10), (99, 13)]
+    for n, stride in small:
+        got = _call(answer, f"n={n}, stride={stride}", n, stride)
+        expected = _pairs_by_loops(n, stride)
+        expect(isinstance(got, int) and not isinstance(got, bool),
+               f"n={n}, stride={stride}: return an exact Python int (use // for the divisions), got "
+               f"{type(got).__name__} {got!r}")
+        if got == expected:
+            n_checks += 1
+            continue
+        if got == n * stride + sum(i // stride for i in range(n)):
+            raise ExerciseFailure(f"n={n}, stride={stride}: expected {expected}, got {got}. The first rows have "
+                                  "fewer band positions: row i sees min(i + 1, stride) of them, not stride")
+        if got == expected + max(0, n - stride):
+            raise ExerciseFailure(f"n={n}, stride={stride}: expected {expected}, got {got}, one too many in each "
+                                  "row i >= stride: the position i - stride is in the band of the paper's "
+                                  "definition and in the column, count it once")
+        if got == expected - n:
+            raise ExerciseFailure(f"n={n}, stride={stride}: expected {expected}, got {got}, one too few in each "
+                                  "row: every position attends to itself (j = i)")
+        raise ExerciseFailure(f"n={n}, stride={stride}: expected {expected} allowed pairs, got {got}; count the "
+                              "band, min(i + 1, stride) for row i, plus the column, i // stride, and sum over i")
+    for n, stride in ((10**6, 1000), (10**6 + 7, 999), (4096, 64)):
+        got = _call(answer, f"n={n}, stride={stride}", n, stride)
+        expected = _pairs_by_blocks(n, stride)
+        expect(got == expected, f"n={n}, stride={stride}: expected {expected}, got {got}")
+        n_checks += 1
+    return n_checks
+
+
+# --- sparse.block_local_attention ---------------------------------------------------------------
+
+
+class _LargestTensor(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+def _loop_block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int) -> torch.Tensor:
+    """Each query i attends to the keys of its own block [b * block, (b + 1) * block), by loops."""
+    batch, n, d = q.shape
+    out = torch.zeros(batch, n, v.shape[-1], dtype=torch.float64)
+    for b in range(batch):
+        for i in range(n):
+            start = (i // block) * block
+            scores = [float(q[b, i] @ k[b, j]) / math.sqrt(d) for j in range(start, start + block)]
+            top = max(scores)
+            exps = [math.exp(s - top) for s in scores]
+            for w, j in zip(exps, range(start, start + block), strict=True):
+                out[b, i] += w / sum(exps) * v[b, j].double()
+    return out
+
+
+@checker("sparse.block_local_attention",
+         "block_local_attention(queries, keys, values, block): attention inside blocks, without the n x n matrix")
+def check_block_local_attention(answer: Callable) -> int:
+    n_checks = 0
+    g = torch.Generator().manual_seed(9)
+    for batch, n, d, d_v, block in ((2, 12, 4, 3, 4), (1, 10, 3, 5, 5), (3, 6, 2, 2, 1), (1, 8, 4, 4, 8)):
+        case = f"batch={batch}, n={n}, d={d}, block={block}"
+        q, k, v = (torch.randn(batch, n, size, generator=g) for size in (d, d, d_v))
+        got = _call(answer, case, q, k, v, block)
+        expected = _loop_block_attention(q, k, v, block)
+        expect(isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(expected.shape),
+               f"{case}: expected a tensor of shape {tuple(expected.shape)} (batch, n, d_v), got "
+               f"{tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
+        if not torch.allclose(got.detach().double(), expected, atol=1e-5, rtol=1e-4):
+            unscaled = _loop_block_attention(q * math.sqrt(d), k, v, block)
+            if torch.allclose(got.detach().double(), unscaled, atol=1e-5, rtol=1e-4):
+                raise ExerciseFailure(f"{case}: the scores must be divided by sqrt(d) = {math.sqrt(d):.3f} "
+                                      "(scaled dot-product attention)")
+            expect_close(got, expected, f"{case} (query i = b * block + r belongs to block b = i // block: "
+                                        "reshape to (batch, n // block, block, d), score and softmax inside each "
+                                        "block over its last axis, then reshape back)")
+        n_checks += 1
+    # The point of the exercise: no (n, n) tensor.
+    n, block = 256, 16
+    q, k, v = (torch.randn(1, n, 8, generator=g) for _ in range(3))
+    probe = _LargestTensor()
+    with torch.no_grad(), probe:
+        got = _call(answer, f"n={n}, block={block}", q, k, v, block)
+    expect_close(got, _loop_block_attention(q, k, v, block), f"n={n}, block={block}")
+    expect(probe.largest < n * n // 4,
+           f"n={n}, block={block}: your function built a tensor of {probe.largest} entries, the size of the dense "
+           f"(n, n) = ({n}, {n}) score matrix; score each block separately: (batch, n // block, block, d) @ "
+           f"(batch, n // block, d, block) -> (batch, n // block, block, block), n * block entries")
+    return n_checks + 2
