@@ -1,3 +1,295 @@
-"""Checkers for the exercises of chapter 8, training and inference on the dates task."""
+"""Checkers for the exercises of chapter 8, training and inference on the dates task.
+
+The references are computed independently of the code paths the exercises ask for: greedy
+decoding by rerunning the teacher-forcing ``forward`` on the whole prefix, one sentence at a time
+and without padding (never ``decode_step`` or the key/value cache); the label-smoothed loss with
+``torch.nn.functional.cross_entropy(..., label_smoothing=eps, ignore_index=...)`` in float64.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ._core import ExerciseFailure, checker, expect, expect_close
+
+_BOS, _EOS = 1, 2
+
+
+def _call(answer: Callable, case: str, *args: object) -> object:
+    """Call the student's function; a crash becomes a failure that names the case."""
+    try:
+        return answer(*args)
+    except NotImplementedError:
+        raise
+    except ExerciseFailure:
+        raise
+    except Exception as error:
+        raise ExerciseFailure(f"{case}: your function raised {type(error).__name__}: {error}") from None
+
+
+# --- greedy decoding with the cache ------------------------------------------------------------
+
+
+def _small_transformer():
+    """A fixed, untrained Transformer with peaked, varied next-token distributions (7 target ids).
+
+    Built under its own seed without touching the caller's random state; dropout 0.1 so that a
+    loop that forgets ``model.eval()`` decodes differently.
+    """
+    from ..transformer import Transformer, TransformerConfig
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(8)
+        config = TransformerConfig(11, 7, num_hiddens=16, ffn_num_hiddens=32, num_heads=2, num_enc_layers=1,
+                                   num_dec_layers=2, dropout=0.1, max_len=64)
+        model = Transformer(config)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(2.0)  # larger weights: confident, input-dependent predictions
+            # Never <pad> or <bos>; <eos> a little likelier, so sequences end at different steps.
+            model.decoder.dense.bias[:_EOS] = -30.0
+            model.decoder.dense.bias[_EOS] += 1.0
+    return model.eval()
+
+
+def _greedy_cases() -> list[tuple[str, torch.Tensor, torch.Tensor, int]]:
+    """(name, src (B, S), src_valid_lens (B,), max_len): padded batches, early and late <eos>."""
+    g = torch.Generator().manual_seed(5)
+    src = torch.randint(3, 11, (6, 7), generator=g)
+    lens = torch.tensor([7, 3, 5, 1, 6, 2])
+    src = src.masked_fill(torch.arange(7) >= lens[:, None], 0)  # <pad> = 0 after each length
+    return [
+        ("a padded batch of 6 sources, max_len=9", src, lens, 9),
+        ("the same batch with max_len=2", src, lens, 2),
+        ("one source of length 7, max_len=12", src[:1].clone(), torch.tensor([7]), 12),
+    ]
+
+
+def _reference_greedy(model, src: torch.Tensor, src_valid_lens: torch.Tensor, max_len: int,
+                      use_lens: bool = True, decoder_input: str = "prefix") -> list[list[int]]:
+    """Greedy decoding by the full forward pass, one unpadded source at a time.
+
+    ``decoder_input`` selects what the decoder reads at each step: ``"prefix"`` (right: ``<bos>`` and
+    every token chosen so far), or two typical mistakes, ``"bos"`` (``<bos>`` fed again at every
+    step) and ``"last"`` (only the last token, at position 0: the initial state reused at every step).
+    ``use_lens=False`` encodes the padding as if it were part of the source.
+    """
+    out = []
+    with torch.no_grad():
+        for b in range(src.shape[0]):
+            n = int(src_valid_lens[b]) if use_lens else src.shape[1]
+            x = src[b:b + 1, :n]
+            tokens = [_BOS]
+            for t in range(max_len):
+                tgt_in = {"prefix": tokens, "bos": [_BOS] * (t + 1), "last": tokens[-1:]}[decoder_input]
+                logits = model(x, torch.tensor([n]), torch.tensor([tgt_in]))[0, -1]  # (V,)
+                nxt = int(logits.argmax())
+                if nxt == _EOS:
+                    break
+                tokens.append(nxt)
+            out.append(tokens[1:])
+    return out
+
+
+def _as_id_lists(got: object, batch: int, case: str) -> list[list[int]]:
+    if isinstance(got, torch.Tensor):
+        raise ExerciseFailure(f"{case}: return a list of {batch} lists of token ids (sequences have different "
+                              f"lengths), got a tensor of shape {tuple(got.shape)}")
+    expect(isinstance(got, (list, tuple)) and len(got) == batch,
+           f"{case}: expected a list with one list of token ids per source ({batch}), got "
+           f"{type(got).__name__}{f' of length {len(got)}' if isinstance(got, (list, tuple)) else ''}")
+    rows = []
+    for i, row in enumerate(got):
+        if isinstance(row, torch.Tensor):
+            row = row.tolist()
+        expect(isinstance(row, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in row),
+               f"{case}: sequence {i} must be a list of int token ids, got {row!r}")
+        rows.append(list(row))
+    return rows
+
+
+class _Counting:
+    """Count the calls of ``model.forward`` and ``model.decode_step`` (instance attributes shadow the methods)."""
+
+    def __init__(self, model) -> None:
+        self.model, self.forward, self.decode_step = model, 0, 0
+        forward, decode_step = model.forward, model.decode_step
+
+        def counted_forward(*args, **kwargs):
+            self.forward += 1
+            return forward(*args, **kwargs)
+
+        def counted_decode_step(*args, **kwargs):
+            self.decode_step += 1
+            return decode_step(*args, **kwargs)
+
+        model.forward, model.decode_step = counted_forward, counted_decode_step
+
+    def restore(self) -> None:
+        del self.model.forward, self.model.decode_step
+
+
+def _diagnose_greedy(got: list[list[int]], model, src: torch.Tensor, lens: torch.Tensor, max_len: int,
+                     case: str) -> None:
+    expected = _reference_greedy(model, src, lens, max_len)
+    if got == expected:
+        return
+    for i, row in enumerate(got):
+        if row[:1] == [_BOS]:
+            raise ExerciseFailure(f"{case}: sequence {i} starts with <bos> (id {_BOS}): <bos> is only the first "
+                                  f"decoder input; return the generated tokens, got {row}")
+        if len(row) > max_len:
+            raise ExerciseFailure(f"{case}: sequence {i} has {len(row)} tokens but max_len={max_len} allows at most "
+                                  f"{max_len} (the <eos> counts as one of them)")
+    for i, (row, ref) in enumerate(zip(got, expected, strict=True)):
+        if _EOS in row:
+            more = " and stop the sequence there" if row[:row.index(_EOS)] == ref else ""
+            raise ExerciseFailure(f"{case}: sequence {i} contains <eos> (id {_EOS}): leave the <eos> out{more}. "
+                                  f"Expected {ref}, got {row}")
+    mistakes = [
+        (dict(use_lens=False), "your outputs are what the model gives when the padding is *not* masked. Pass "
+         "src_valid_lens to model.encode and model.init_decoder_state so that the encoder and the "
+         "cross-attention ignore the padded source positions"),
+        (dict(decoder_input="bos"), "your outputs are what the model gives when <bos> is fed at every step. "
+         "Feed the token just chosen (the argmax, shape (batch, 1)) as the next input"),
+        (dict(decoder_input="last"), "your outputs are what the model gives when every step starts again from "
+         "the initial state. Keep the state that decode_step returns: logits, state = model.decode_step(tokens, "
+         "state)"),
+    ]
+    for kwargs, hint in mistakes:
+        if got == _reference_greedy(model, src, lens, max_len, **kwargs):
+            raise ExerciseFailure(f"{case}: {hint}")
+    for i, (row, ref) in enumerate(zip(got, expected, strict=True)):
+        if len(row) > len(ref) and row[:len(ref)] == ref:
+            raise ExerciseFailure(
+                f"{case}: sequence {i} goes on after its <eos>: expected {ref}, got {row}. Each sequence stops at "
+                "its own <eos> (keep a `finished` flag per sequence; stop the loop when all are finished)")
+    for i, (row, ref) in enumerate(zip(got, expected, strict=True)):
+        if row != ref:
+            t = next((k for k, (a, b) in enumerate(zip(row, ref, strict=False)) if a != b), min(len(row), len(ref)))
+            raise ExerciseFailure(
+                f"{case}: sequence {i}: expected {ref}, got {row} (first difference at step {t}). At every step feed "
+                "the token just chosen (the argmax of the logits) as the next input, shape (batch, 1), and keep "
+                "the state that decode_step returns")
+
+
+@checker("training.greedy_decode_loop",
+         "greedy_decode_loop(model, src, src_valid_lens, bos, eos, max_len) with encode/init_decoder_state/decode_step")
+def check_greedy_decode_loop(answer: Callable) -> int:
+    model = _small_transformer()
+    n = 0
+    for case, src, lens, max_len in _greedy_cases():
+        counter = _Counting(model)
+        try:
+            got = _call(answer, case, model, src.clone(), lens.clone(), _BOS, _EOS, max_len)
+        finally:
+            counter.restore()
+        rows = _as_id_lists(got, src.shape[0], case)
+        expect(counter.decode_step > 0,
+               f"{case}: your function never called model.decode_step. Decode incrementally: "
+               "state = model.init_decoder_state(model.encode(src, src_valid_lens), src_valid_lens), then "
+               "logits, state = model.decode_step(previous_tokens, state) once per step")
+        expect(counter.decode_step <= max_len,
+               f"{case}: model.decode_step was called {counter.decode_step} times for max_len={max_len}: at most "
+               "one call per generated token (stop after max_len steps, or when every sequence has its <eos>)")
+        _diagnose_greedy(rows, model, src, lens, max_len, case)
+        n += 1
+
+    # Dropout must be off while decoding, whatever mode the caller left the model in.
+    case, src, lens, max_len = _greedy_cases()[0]
+    expected = _reference_greedy(model, src, lens, max_len)
+    model.train()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        got = _as_id_lists(_call(answer, f"{case}, model in training mode", model, src.clone(), lens.clone(),
+                                 _BOS, _EOS, max_len), src.shape[0], case)
+    expect(got == expected,
+           "with the model left in training mode (dropout on) your tokens change: decoding must run with "
+           "dropout off. Call model.eval() first (and torch.no_grad() saves memory)")
+    n += 1
+    return n
+
+
+# --- label-smoothed masked cross-entropy -------------------------------------------------------
+
+
+def _reference_ls(logits: torch.Tensor, targets: torch.Tensor, valid_lens: torch.Tensor, eps: float) -> torch.Tensor:
+    """torch's label-smoothed cross-entropy over the valid positions only (padding marked -100)."""
+    keep = torch.arange(targets.shape[1]) < valid_lens[:, None]
+    return F.cross_entropy(logits.double().transpose(1, 2), targets.masked_fill(~keep, -100),
+                           ignore_index=-100, label_smoothing=eps)
+
+
+def _ls_cases() -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor, float]]:
+    g = torch.Generator().manual_seed(11)
+    B, T, V = 3, 5, 6
+    logits = 2.0 * torch.randn(B, T, V, generator=g)
+    # Padded positions hold ordinary ids, not <pad>: only valid_lens says where a target ends.
+    targets = torch.randint(0, V, (B, T), generator=g)
+    lens = torch.tensor([5, 2, 3])
+    return [
+        ("eps=0.1, valid_lens [5, 2, 3]", logits, targets, lens, 0.1),
+        ("eps=0 (no smoothing), valid_lens [5, 2, 3]", logits, targets, lens, 0.0),
+        ("eps=0.3, valid_lens [1, 4, 0]", logits, targets, torch.tensor([1, 4, 0]), 0.3),
+        ("eps=0.1, one sequence without padding", logits[:1], targets[:1], torch.tensor([5]), 0.1),
+    ]
+
+
+def _ls_other_classes(logits, targets, valid_lens, eps):
+    """eps spread over the V - 1 wrong classes only (a common variant, not torch's nor the paper's)."""
+    logp = F.log_softmax(logits.double(), -1)
+    V = logits.shape[-1]
+    q = torch.full_like(logp, eps / (V - 1)).scatter(-1, targets[..., None], 1 - eps)
+    keep = (torch.arange(targets.shape[1]) < valid_lens[:, None]).double()
+    return (-(q * logp).sum(-1) * keep).sum() / keep.sum()
+
+
+@checker("training.label_smoothed_masked_ce",
+         "label_smoothed_masked_ce(logits, targets, valid_lens, eps): mean over real tokens, smoothing over all V")
+def check_label_smoothed_masked_ce(answer: Callable) -> int:
+    n = 0
+    for case, logits, targets, lens, eps in _ls_cases():
+        x = logits.clone().requires_grad_(True)
+        got = _call(answer, case, x, targets.clone(), lens.clone(), eps)
+        expect(isinstance(got, torch.Tensor), f"{case}: expected a scalar tensor, got {type(got).__name__}")
+        expect(got.dim() == 0, f"{case}: expected a scalar (shape ()), got shape {tuple(got.shape)}: average "
+                               "the token losses over the valid positions")
+        expected = _reference_ls(logits, targets, lens, eps)
+        keep = (torch.arange(targets.shape[1]) < lens[:, None]).double()
+        if not torch.allclose(got.detach().double(), expected, atol=1e-5, rtol=1e-4):
+            unmasked = F.cross_entropy(logits.double().transpose(1, 2), targets, label_smoothing=eps)
+            token = F.cross_entropy(logits.double().transpose(1, 2), targets, label_smoothing=eps, reduction="none")
+            per_sequence = ((token * keep).sum(1)[lens > 0] / lens[lens > 0]).mean()
+            summed = (token * keep).sum()
+            nonzero = (targets != 0).double()
+            by_pad_id = (token * nonzero).sum() / nonzero.sum()
+            hints = [
+                (unmasked, "the padded positions are counted: keep only the positions t < valid_lens[b] "
+                           "(a mask from valid_lens, not from the ids: padded targets may hold any id)"),
+                (_ls_other_classes(logits, targets, lens, eps),
+                 "you spread eps over the V - 1 wrong classes; here (as in torch and Vaswani et al.) the "
+                 "smoothed target is q = (1 - eps) one_hot(y) + eps / V over *all* V classes"),
+                (by_pad_id, "you masked the positions whose target is the <pad> id 0; padded positions may hold "
+                            "any id, so build the mask from valid_lens: t < valid_lens[b]"),
+                (per_sequence, "you averaged per sequence and then over sequences; average over all valid "
+                               "tokens at once (sum of token losses / number of valid tokens)"),
+                (summed, "you returned the sum of the token losses; divide by the number of valid tokens"),
+            ]
+            for value, hint in hints:
+                if torch.allclose(got.detach().double(), value, atol=1e-5, rtol=1e-4):
+                    raise ExerciseFailure(f"{case}: {hint}. Expected {expected.item():.5f}, got {got.item():.5f}")
+            extra = (" With eps=0 it must equal the masked cross-entropy cl.masked_cross_entropy."
+                     if eps == 0 else " The token loss is (1 - eps) (-log p_y) + eps mean_v (-log p_v).")
+            raise ExerciseFailure(f"{case}: expected {expected.item():.5f}, got {got.item():.5f}.{extra}")
+        n += 1
+        expect(got.requires_grad, f"{case}: the result does not depend on logits through autograd (no .item(), "
+                                  "no .detach(), no numpy); the loss must be differentiable")
+        got.backward()
+        ref_x = logits.clone().double().requires_grad_(True)
+        _reference_ls(ref_x, targets, lens, eps).backward()
+        expect_close(x.grad, ref_x.grad, f"{case}: gradient with respect to logits")
+        n += 1
+    return n

@@ -1,0 +1,86 @@
+"""Static checks of the book: what a reader relies on and a build warning would only hint at."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+NOTEBOOKS = sorted(BOOK.glob("*.ipynb"))
+
+
+def _toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries:
+            files.append(entry["file"])
+            walk(entry.get("sections", []))
+
+    for part in toc["parts"]:
+        walk(part["chapters"])
+    return files
+
+
+def _markdown(nb: nbformat.NotebookNode) -> str:
+    return "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+
+
+def test_every_notebook_is_in_the_toc_and_every_toc_entry_exists():
+    listed = _toc_files()
+    assert sorted(listed) == sorted(p.stem for p in NOTEBOOKS)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_figure_has_a_caption_and_a_name(path):
+    nb = nbformat.read(path, as_version=4)
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        images = sum("image/png" in o.get("data", {}) for o in cell.get("outputs", []))
+        if not images:
+            continue
+        figure = cell.metadata.get("mystnb", {}).get("figure", {})
+        assert figure.get("caption") and figure.get("name"), f"{path.name} cell {index}: a figure without a caption"
+
+
+def test_figure_names_are_unique_across_the_book():
+    names = [c.metadata["mystnb"]["figure"]["name"] for p in NOTEBOOKS for c in nbformat.read(p, as_version=4).cells
+             if c.cell_type == "code" and "figure" in c.metadata.get("mystnb", {})]
+    assert len(names) == len(set(names)), sorted({n for n in names if names.count(n) > 1})
+
+
+def test_every_cited_work_is_in_the_bibliography():
+    keys = set(re.findall(r"@\w+\{([^,\s]+),", (BOOK / "references.bib").read_text()))
+    cited = {key.strip() for p in NOTEBOOKS for group in re.findall(r"\{cite[tp]?\}`([^`]+)`",
+                                                                    _markdown(nbformat.read(p, as_version=4)))
+             for key in group.split(",")}
+    assert cited, "no citations found"
+    assert not cited - keys, f"cited but not in references.bib: {sorted(cited - keys)}"
+
+
+def test_every_doc_link_points_to_a_chapter():
+    stems = {p.stem for p in NOTEBOOKS}
+    for path in NOTEBOOKS:
+        targets = re.findall(r"\{doc\}`(?:[^`<]*<)?([^`>]+)>?`", _markdown(nbformat.read(path, as_version=4)))
+        missing = sorted({t for t in targets if t not in stems})
+        assert not missing, f"{path.name} links to missing pages {missing}"
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem[:2].isdigit()], ids=lambda p: p.name)
+def test_chapters_have_four_exercises_a_setup_cell_and_checked_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "course_lib" in code[0].source and "try_gpu" in code[0].source, "the first code cell is the setup cell"
+    assert _markdown(nb).count("{exercise}") >= 4
+    checked = [c for c in code if c.source.lstrip().startswith("# NBVAL_CHECK_OUTPUT")]
+    assert len(checked) >= 5
+    assert all(c.get("outputs") for c in checked), "a checked cell without a stored output checks nothing"
+    errors = [o for c in code for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors

@@ -1,0 +1,291 @@
+"""The chapter 8 checkers accept the notebook's solutions, reject typical mistakes with a specific
+hint, and report stubs as not answered."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+import torch.nn.functional as F
+
+import course_lib as cl
+from course_lib.exercises import check
+from course_lib.exercises import training as training_checkers
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "book" / "08_training_and_inference.ipynb"
+
+
+def _solution_namespace(label: str) -> dict:
+    """Exec the code cells between ``{solution-start} label`` and ``{solution-end}`` of the notebook."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    ns: dict = {"torch": torch, "cl": cl, "math": math, "F": F}
+    inside, found = False, False
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and f"{{solution-start}} {label}" in cell.source:
+            inside, found = True, True
+            continue
+        if inside and cell.cell_type == "markdown" and "{solution-end}" in cell.source:
+            break
+        if inside and cell.cell_type == "code":
+            exec(compile(cell.source, f"{NOTEBOOK.name}:{label}", "exec"), ns)
+    assert found, f"no solution-start for {label} in {NOTEBOOK.name}"
+    return ns
+
+
+def _stub(*args):
+    raise NotImplementedError
+
+
+# --- training.greedy_decode_loop ----------------------------------------------------------------
+
+
+def _loop(model, src, src_valid_lens, bos, eos, max_len, *, feed="argmax", keep_state=True, stop_at_eos=True,
+          keep_eos=False, eval_mode=True):
+    """A configurable greedy loop through decode_step: the defaults are right, each switch is a typical bug."""
+    if eval_mode:
+        model.eval()
+    B = src.shape[0]
+    out = [[] for _ in range(B)]
+    finished = [False] * B
+    with torch.no_grad():
+        state0 = state = model.init_decoder_state(model.encode(src, src_valid_lens), src_valid_lens)
+        tokens = torch.full((B, 1), bos, dtype=torch.long)
+        for _ in range(max_len):
+            logits, new_state = model.decode_step(tokens, state)
+            state = new_state if keep_state else state0
+            chosen = logits.argmax(-1, keepdim=True)
+            if feed == "argmax":
+                tokens = chosen
+            for b in range(B):
+                t = int(chosen[b, 0])
+                if stop_at_eos and finished[b]:
+                    continue
+                if t == eos:
+                    finished[b] = True
+                    if keep_eos:
+                        out[b].append(t)
+                    continue
+                out[b].append(t)
+            if stop_at_eos and all(finished):
+                break
+    return out
+
+
+def right_loop(model, src, src_valid_lens, bos, eos, max_len):
+    return _loop(model, src, src_valid_lens, bos, eos, max_len)
+
+
+def no_stop_at_eos(model, src, src_valid_lens, bos, eos, max_len):
+    return _loop(model, src, src_valid_lens, bos, eos, max_len, stop_at_eos=False)
+
+
+def keeps_eos(model, src, src_valid_lens, bos, eos, max_len):
+    return _loop(model, src, src_valid_lens, bos, eos, max_len, keep_eos=True)
+
+
+def ignores_valid_lens(model, src, src_valid_lens, bos, eos, max_len):
+    return _loop(model, src, torch.full_like(src_valid_lens, src.shape[1]), bos, eos, max_len)
+
+
+def reuses_initial_state(model, src, src_valid_lens, bos, eos, max_len):
+    return _loop(model, src, src_valid_lens, bos, eos, max_len, keep_state=False)
+
+
+def always_feeds_bos(model, src, src_valid_lens, bos, eos, max_len):
+    return _loop(model, src, src_valid_lens, bos, eos, max_len, feed="bos")
+
+
+def forgets_eval(model, src, src_valid_lens, bos, eos, max_len):
+    return _loop(model, src, src_valid_lens, bos, eos, max_len, eval_mode=False)
+
+
+def returns_bos(model, src, src_valid_lens, bos, eos, max_len):
+    return [[bos, *row] for row in _loop(model, src, src_valid_lens, bos, eos, max_len)]
+
+
+def returns_tensor(model, src, src_valid_lens, bos, eos, max_len):
+    return torch.zeros(src.shape[0], max_len, dtype=torch.long)
+
+
+def uncached_library(model, src, src_valid_lens, bos, eos, max_len):
+    return cl.greedy_decode(model, src, src_valid_lens, max_len, bos=bos, eos=eos, use_cache=False)
+
+
+def test_greedy_notebook_solution_passes():
+    ns = _solution_namespace("ch08-ex-greedy")
+    result = check("training.greedy_decode_loop", ns["greedy_decode_loop"], quiet=True)
+    assert result.passed, result.message
+    assert result.n_checks == 4
+
+
+def test_greedy_reference_loop_and_library_pass():
+    # Two implementations independent of the checker's uncached reference must agree with it.
+    assert check("training.greedy_decode_loop", right_loop, quiet=True).passed
+    result = check("training.greedy_decode_loop",
+                   lambda m, s, lens, bos, eos, n: cl.greedy_decode(m, s, lens, n, bos=bos, eos=eos), quiet=True)
+    assert result.passed, result.message
+
+
+def test_greedy_fixture_has_early_eos_full_length_and_padding_effects():
+    # The checker can only catch these mistakes if its cases contain them.
+    model = training_checkers._small_transformer()
+    case, src, lens, max_len = training_checkers._greedy_cases()[0]
+    expected = training_checkers._reference_greedy(model, src, lens, max_len)
+    lengths = [len(row) for row in expected]
+    assert min(lengths) < max_len and max(lengths) == max_len and len(set(lengths)) >= 3
+    assert (lens < src.shape[1]).any()
+    assert expected != training_checkers._reference_greedy(model, src, lens, max_len, use_lens=False)
+    for variant in ("bos", "last"):
+        assert expected != training_checkers._reference_greedy(model, src, lens, max_len, decoder_input=variant)
+
+
+def test_greedy_checker_leaves_the_global_random_state_alone():
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    check("training.greedy_decode_loop", right_loop, quiet=True)
+    assert torch.equal(torch.random.get_rng_state(), before)
+
+
+@pytest.mark.parametrize(
+    ("answer", "hint"),
+    [
+        (no_stop_at_eos, "goes on after its <eos>"),
+        (keeps_eos, "leave the <eos> out"),
+        (ignores_valid_lens, "Pass src_valid_lens"),
+        (reuses_initial_state, "Keep the state that decode_step returns"),
+        (always_feeds_bos, "<bos> is fed at every step"),
+        (forgets_eval, "model.eval()"),
+        (returns_bos, "starts with <bos>"),
+        (returns_tensor, "return a list"),
+        (uncached_library, "never called model.decode_step"),
+    ],
+)
+def test_greedy_wrong_answers_fail_with_hint(answer, hint):
+    result = check("training.greedy_decode_loop", answer, quiet=True)
+    assert result.answered
+    assert result.passed is False
+    assert hint in result.message, result.message
+
+
+def test_greedy_crash_names_the_case():
+    def crashes(model, src, src_valid_lens, bos, eos, max_len):
+        raise RuntimeError("boom")
+
+    result = check("training.greedy_decode_loop", crashes, quiet=True)
+    assert result.passed is False
+    assert "padded batch" in result.message and "RuntimeError: boom" in result.message, result.message
+
+
+def test_greedy_stub_is_not_answered():
+    result = check("training.greedy_decode_loop", _stub, quiet=True)
+    assert result.answered is False
+    assert result.passed is False
+
+
+# --- training.label_smoothed_masked_ce ----------------------------------------------------------
+
+
+def _mask(targets, valid_lens):
+    return (torch.arange(targets.shape[1]) < valid_lens[:, None]).to(torch.float32)
+
+
+def _token_loss(logits, targets, eps):
+    log_p = torch.log_softmax(logits, -1)
+    nll = -log_p.gather(-1, targets[..., None]).squeeze(-1)
+    return (1 - eps) * nll + eps * (-log_p.mean(-1))
+
+
+def ls_unmasked(logits, targets, valid_lens, eps):
+    return _token_loss(logits, targets, eps).mean()
+
+
+def ls_mask_from_pad_id(logits, targets, valid_lens, eps):
+    keep = (targets != 0).float()  # padded positions may hold any id: this mask is wrong
+    return (_token_loss(logits, targets, eps) * keep).sum() / keep.sum()
+
+
+def ls_over_other_classes(logits, targets, valid_lens, eps):
+    log_p = torch.log_softmax(logits, -1)
+    V = logits.shape[-1]
+    q = torch.full_like(log_p, eps / (V - 1)).scatter(-1, targets[..., None], 1 - eps)
+    m = _mask(targets, valid_lens)
+    return (-(q * log_p).sum(-1) * m).sum() / m.sum()
+
+
+def ls_per_sequence(logits, targets, valid_lens, eps):
+    m = _mask(targets, valid_lens)
+    per_seq = (_token_loss(logits, targets, eps) * m).sum(1)
+    keep = valid_lens > 0
+    return (per_seq[keep] / valid_lens[keep]).mean()
+
+
+def ls_sum(logits, targets, valid_lens, eps):
+    return (_token_loss(logits, targets, eps) * _mask(targets, valid_lens)).sum()
+
+
+def ls_detached(logits, targets, valid_lens, eps):
+    m = _mask(targets, valid_lens)
+    return ((_token_loss(logits, targets, eps) * m).sum() / m.sum()).detach()
+
+
+def ls_sum_over_classes(logits, targets, valid_lens, eps):
+    log_p = torch.log_softmax(logits, -1)
+    nll = -log_p.gather(-1, targets[..., None]).squeeze(-1)
+    token = (1 - eps) * nll + eps * (-log_p.sum(-1))  # sum instead of mean over the V classes
+    m = _mask(targets, valid_lens)
+    return (token * m).sum() / m.sum()
+
+
+def test_label_smoothing_notebook_solution_passes():
+    ns = _solution_namespace("ch08-ex-label-smoothing")
+    result = check("training.label_smoothed_masked_ce", ns["label_smoothed_masked_ce"], quiet=True)
+    assert result.passed, result.message
+    assert result.n_checks == 8
+
+
+def test_label_smoothing_solution_with_eps_zero_is_the_library_masked_ce():
+    ns = _solution_namespace("ch08-ex-label-smoothing")
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 6, 9, generator=g)
+    targets = torch.randint(0, 9, (3, 6), generator=g)
+    lens = torch.tensor([6, 1, 4])
+    assert torch.allclose(ns["label_smoothed_masked_ce"](logits, targets, lens, 0.0),
+                          cl.masked_cross_entropy(logits, targets, lens))
+
+
+@pytest.mark.parametrize(
+    ("answer", "hint"),
+    [
+        (ls_unmasked, "padded positions are counted"),
+        (ls_mask_from_pad_id, "build the mask from valid_lens"),
+        (ls_over_other_classes, "V - 1 wrong classes"),
+        (ls_per_sequence, "averaged per sequence"),
+        (ls_sum, "returned the sum"),
+        (ls_detached, "differentiable"),
+        (ls_sum_over_classes, "eps mean_v (-log p_v)"),
+    ],
+)
+def test_label_smoothing_wrong_answers_fail_with_hint(answer, hint):
+    result = check("training.label_smoothed_masked_ce", answer, quiet=True)
+    assert result.answered
+    assert result.passed is False
+    assert hint in result.message, result.message
+
+
+def test_label_smoothing_python_float_is_rejected():
+    def returns_float(logits, targets, valid_lens, eps):
+        m = _mask(targets, valid_lens)
+        return ((_token_loss(logits, targets, eps) * m).sum() / m.sum()).item()
+
+    result = check("training.label_smoothed_masked_ce", returns_float, quiet=True)
+    assert result.passed is False
+    assert "expected a scalar tensor" in result.message, result.message
+
+
+def test_label_smoothing_stub_is_not_answered():
+    result = check("training.label_smoothed_masked_ce", _stub, quiet=True)
+    assert result.answered is False
+    assert result.passed is False
