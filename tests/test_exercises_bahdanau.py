@@ -3,43 +3,22 @@ mistakes with a specific hint, and report stubs as not answered."""
 
 from __future__ import annotations
 
-import math
-from pathlib import Path
-
-import nbformat
 import pytest
 import torch
+from notebook_solutions import solution_namespace, stub
 
 import course_lib as cl
 from course_lib.exercises import check
 from course_lib.exercises.bahdanau import _loop_context
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "book" / "04_bahdanau_attention.ipynb"
+NOTEBOOK = "04_bahdanau_attention.ipynb"
 
 
 def _solution_function(label: str, name: str):
-    """Exec the code cells of the ``{solution-start} label`` block that define ``name``; return it.
-
-    Other cells of the block use the notebook's trained models and are skipped.
-    """
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    ns: dict = {"torch": torch, "cl": cl, "math": math}
-    inside, found = False, False
-    for cell in nb.cells:
-        if cell.cell_type == "markdown" and f"{{solution-start}} {label}" in cell.source:
-            inside, found = True, True
-            continue
-        if inside and cell.cell_type == "markdown" and "{solution-end}" in cell.source:
-            break
-        if inside and cell.cell_type == "code" and f"def {name}(" in cell.source:
-            exec(compile(cell.source, f"{NOTEBOOK.name}:{label}", "exec"), ns)
-    assert found, f"no solution-start for {label} in {NOTEBOOK.name}"
-    assert name in ns, f"the solution of {label} does not define {name}"
-    return ns[name]
+    return solution_namespace(NOTEBOOK, label, defining=name)[name]
 
 
-def _stub(*args):
-    raise NotImplementedError
+_stub = stub
 
 
 # --- bahdanau.context ---------------------------------------------------------------------------

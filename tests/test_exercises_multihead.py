@@ -4,38 +4,22 @@ hint, and report stubs as not answered."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
-import nbformat
 import pytest
 import torch
+from notebook_solutions import solution_namespace, stub
 
 import course_lib as cl
 from course_lib.exercises import check
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "book" / "05_multihead_attention.ipynb"
+NOTEBOOK = "05_multihead_attention.ipynb"
 
 
-def _solution_namespace(*labels: str) -> dict:
-    """Exec the code cells between ``{solution-start} label`` and ``{solution-end}``, for each label in order."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    ns: dict = {"torch": torch, "cl": cl, "math": math}
-    for label in labels:
-        inside, found = False, False
-        for cell in nb.cells:
-            if cell.cell_type == "markdown" and f"{{solution-start}} {label}" in cell.source:
-                inside, found = True, True
-                continue
-            if inside and cell.cell_type == "markdown" and "{solution-end}" in cell.source:
-                break
-            if inside and cell.cell_type == "code":
-                exec(compile(cell.source, f"{NOTEBOOK.name}:{label}", "exec"), ns)
-        assert found, f"no solution-start for {label} in {NOTEBOOK.name}"
-    return ns
+def _solution_namespace(*labels: str, **names: object) -> dict:
+    return solution_namespace(NOTEBOOK, *labels, **names)
 
 
-def _stub(*args, **kwargs):
-    raise NotImplementedError
+_stub = stub
 
 
 def _fails_with(exercise: str, answer, hint: str) -> None:

@@ -1,0 +1,57 @@
+"""Run the worked solutions of a book notebook in the tests (shared by ``tests/test_exercises_*.py``).
+
+A solution is the code between a markdown cell holding ```` ```{solution-start} label ```` and the
+next one holding ```` ```{solution-end} ````, the format every chapter uses.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+
+import nbformat
+import torch
+import torch.nn.functional as F
+
+import course_lib as cl
+
+BOOK = Path(__file__).resolve().parents[1] / "book"
+
+
+def solution_cells(notebook: str, label: str) -> list[str]:
+    """The sources of the code cells of the solution ``label`` in ``book/notebook``."""
+    path = BOOK / notebook
+    cells, inside, found = [], False, False
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type == "markdown" and f"{{solution-start}} {label}" in cell.source:
+            inside, found = True, True
+            continue
+        if inside and cell.cell_type == "markdown" and "{solution-end}" in cell.source:
+            break
+        if inside and cell.cell_type == "code":
+            cells.append(cell.source)
+    assert found, f"no solution-start for {label} in {notebook}"
+    return cells
+
+
+def solution_namespace(notebook: str, *labels: str, defining: str | None = None, **names: object) -> dict:
+    """Exec the solutions ``labels`` in turn in one namespace and return it.
+
+    The namespace starts with ``torch``, ``cl``, ``math``, ``F``, ``Counter`` and ``names``. With
+    ``defining``, only the cells that define that function run (the others may need the notebook's
+    trained models).
+    """
+    ns: dict = {"torch": torch, "cl": cl, "math": math, "F": F, "Counter": Counter, **names}
+    for label in labels:
+        for source in solution_cells(notebook, label):
+            if defining is None or f"def {defining}(" in source:
+                exec(compile(source, f"{notebook}:{label}", "exec"), ns)
+    if defining is not None:
+        assert defining in ns, f"the solutions {labels} do not define {defining}"
+    return ns
+
+
+def stub(*args: object, **kwargs: object) -> None:
+    """An unanswered exercise: what the student notebook's stub cell does."""
+    raise NotImplementedError
