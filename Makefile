@@ -27,9 +27,10 @@ lint: $(STAMP)
 
 # One pytest run for unit tests and notebooks, so its closing line counts everything. JOBS workers
 # (pytest-xdist); --dist loadscope keeps the cells of one notebook together, in order, in one kernel.
+# One torch thread per worker: two workers with two threads each on two cores made training cells 10x slower.
 JOBS ?= 2
 test: lint
-	$(BIN)/python -m pytest tests book -p no:cacheprovider -q -n $(JOBS) --dist loadscope \
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest tests book -p no:cacheprovider -q -n $(JOBS) --dist loadscope \
 	    --nbval-lax --nbval-current-env --nbval-cell-timeout=900 \
 	    --ignore=book/_build --ignore=_build --durations=10
 
