@@ -48,6 +48,9 @@ def test_every_figure_has_a_caption_and_a_name(path):
             continue
         figure = cell.metadata.get("mystnb", {}).get("figure", {})
         assert figure.get("caption") and figure.get("name"), f"{path.name} cell {index}: a figure without a caption"
+        # myst-nb wraps every rich output of the cell in the named figure: a second one duplicates the name.
+        rich = [o for o in cell.outputs if o.get("output_type") in ("display_data", "execute_result")]
+        assert len(rich) == 1, f"{path.name} cell {index}: a captioned cell must display exactly one output"
 
 
 def test_figure_names_are_unique_across_the_book():
