@@ -4,7 +4,7 @@ One module per chapter concept; everything a notebook uses is importable from he
 """
 
 # Chapters 4-8: multi-head attention, positions, the Transformer, the RNN baseline, training and decoding.
-from . import data, sparse
+from . import data, diagrams, sparse
 from .attention import attention_pool, parameter_free_self_attention, softmax_attention
 from .checkpoint import FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
 from .data import DataNotFoundError, Seq2SeqData, Vocab, load_dates, load_fra_eng
@@ -80,7 +80,7 @@ from .transformer import (
     TransformerEncoder,
     TransformerEncoderBlock,
 )
-from .utils import num_parameters, set_seed, try_gpu
+from .utils import glue, num_parameters, set_seed, try_gpu
 
 __version__ = "0.1.0"
 
@@ -128,6 +128,8 @@ __all__ = [
     "corpus_bleu",
     "cosine_scores",
     "data",
+    "diagrams",
+    "glue",
     "default_max_len",
     "default_stride",
     "dense_attention",

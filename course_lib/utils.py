@@ -55,3 +55,17 @@ def set_seed(seed: int = 0, deterministic: bool = True) -> torch.Generator:
 def num_parameters(module: torch.nn.Module, trainable_only: bool = True) -> int:
     """Count the (trainable) parameters of ``module``."""
     return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
+
+
+def glue(name: str, value: float | int | str) -> None:
+    """Record ``value`` under ``name`` for the book's ``{glue:text}`` roles, without displaying it.
+
+    The prose of a chapter quotes the numbers its cells compute through myst-nb's glue, so a
+    number in the text cannot drift from the cell that computes it. Where myst-nb is not
+    installed (a plain Jupyter or Colab session) this does nothing.
+    """
+    try:
+        from myst_nb import glue as _myst_glue
+    except ImportError:  # not building the book: nothing reads the value
+        return
+    _myst_glue(name, value, display=False)

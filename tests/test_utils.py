@@ -94,3 +94,23 @@ def test_num_parameters_counts_weights_and_biases():
 def test_set_seed_accepts_numpy_integers(restore_determinism):
     set_seed(np.int64(5))
     assert torch.equal(torch.rand(3), torch.rand(3, generator=torch.Generator().manual_seed(5)))
+
+
+def test_glue_publishes_the_value_for_myst_nb(monkeypatch):
+    import myst_nb
+
+    recorded = []
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display: recorded.append((name, value, display)))
+    from course_lib.utils import glue
+
+    glue("ratio", 2.5)
+    assert recorded == [("ratio", 2.5, False)]  # recorded, not displayed
+
+
+def test_glue_does_nothing_without_myst_nb(monkeypatch):
+    import sys
+
+    from course_lib.utils import glue
+
+    monkeypatch.setitem(sys.modules, "myst_nb", None)  # import fails
+    assert glue("ratio", 2.5) is None
