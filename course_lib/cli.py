@@ -3,6 +3,7 @@
 Usage::
 
     python -m course_lib train --task dates --minutes 2 --out dates.pt
+    python -m course_lib train --task fra-eng --minutes 3          # subword vocabulary (BPE), no <unk>
     python -m course_lib train --task fra-eng --data path/to/fra.txt --model rnn --minutes 10
     python -m course_lib translate --checkpoint dates.pt "March 3, 2001"
     python -m course_lib translate --checkpoint dates.pt < dates.txt   # one output line per input line
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn, TextIO
@@ -22,6 +24,7 @@ from typing import NoReturn, TextIO
 __all__ = ["main", "build_parser"]
 
 PROG = "python -m course_lib"
+SUBWORD_VOCAB_SIZE = 2000
 
 
 class _Parser(argparse.ArgumentParser):
@@ -73,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--data", metavar="PATH",
                        help="fra-eng only: a tab-separated file of sentence pairs (default: the shared copy "
                             "found through COURSE_DATA_DIR)")
+    train.add_argument("--vocab", choices=["subword", "word"], default="subword",
+                       help="fra-eng only: byte-level BPE learned on the training split (no <unk>, default) or "
+                            "the chapters' word-level vocabulary")
+    train.add_argument("--vocab-size", type=_positive_int, default=SUBWORD_VOCAB_SIZE,
+                       help="fra-eng with subwords: tokens per language (default: %(default)s)")
     train.add_argument("--model", choices=["transformer", "rnn"], default="transformer",
                        help="Transformer or GRU with Bahdanau attention (default: %(default)s)")
     train.add_argument("--minutes", type=_positive_float, default=2.0,
@@ -87,7 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--beam-size", type=_positive_int, default=1,
                        help="decoding for the held-out metrics: 1 = greedy (default)")
     train.add_argument("--out", metavar="FILE", help="checkpoint to write (default: TASK-MODEL.pt)")
-    train.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: the GPU when there is one)")
+    train.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: the GPU when there is one; under "
+                                        "torchrun, cuda:LOCAL_RANK)")
+    train.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
+                       help="auto: bf16 (or fp16) autocast on CUDA, fp32 on the CPU; bf16: bf16 autocast on any "
+                            "device; fp32: no autocast (default: %(default)s)")
+    train.add_argument("--compile", action="store_true", help="compile the model with torch.compile (GPU runs)")
 
     tr = commands.add_parser("translate", help="translate sentences with a trained checkpoint")
     tr.add_argument("--checkpoint", required=True, metavar="FILE", help="written by the train command")
@@ -109,6 +122,9 @@ def _load_data(args: argparse.Namespace):
         if args.examples is not None:
             kwargs["n_examples"] = args.examples
         return data_lib.load_dates(**kwargs)
+    if args.vocab == "subword":
+        return data_lib.load_fra_eng_subwords(path=args.data, vocab_size=args.vocab_size, seed=args.seed,
+                                              max_examples=args.examples)
     return data_lib.load_fra_eng(path=args.data, seed=args.seed, max_examples=args.examples)
 
 
@@ -129,33 +145,61 @@ def _build_model(kind: str, data):
 def _train(args: argparse.Namespace, out: TextIO) -> int:
     import torch
 
+    from .distributed import init_distributed
+    from .utils import try_gpu
+
+    # Under torchrun: join the process group (gloo on the CPU, NCCL on GPUs); otherwise nothing changes.
+    context, device = init_distributed(args.device)
+    try:
+        if context is not None and not context.is_main:
+            out = open(os.devnull, "w")  # only rank 0 reports
+        return _train_in_process(args, out, context, device or (torch.device(args.device) if args.device
+                                                                 else try_gpu()))
+    finally:
+        if context is not None:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+def _train_in_process(args: argparse.Namespace, out: TextIO, context, device) -> int:
     from .checkpoint import save_checkpoint
     from .train import evaluate, train_seq2seq
-    from .utils import num_parameters, set_seed, try_gpu
+    from .utils import num_parameters, set_seed
 
-    device = torch.device(args.device) if args.device else try_gpu()
     data = _load_data(args)
-    set_seed(args.seed)  # the model's initial weights
+    set_seed(args.seed)  # the model's initial weights (DDP then copies rank 0's to every rank)
     model, defaults = _build_model(args.model, data)
     lr = args.lr if args.lr is not None else defaults["lr"]
+    world = (f"; data parallel over {context.world_size} processes ({context.backend}), "
+             f"{args.batch_size} pairs each per step" if context is not None else "")
     print(f"{args.task}: {len(data.train)} train / {len(data.valid)} valid / {len(data.test)} test pairs; "
-          f"{args.model} with {num_parameters(model):,} parameters on {device}", file=out, flush=True)
+          f"{args.model} with {num_parameters(model):,} parameters on {device}{world}", file=out, flush=True)
+    amp = {"auto": True, "bf16": "bf16", "fp32": False}[args.precision]
     history = train_seq2seq(model, data, minutes=args.minutes, epochs=args.epochs, lr=lr,
                             batch_size=args.batch_size, warmup_steps=defaults["warmup_steps"], device=device,
-                            seed=args.seed, progress=sys.stderr.isatty())
+                            seed=args.seed, progress=sys.stderr.isatty() and (context is None or context.is_main),
+                            amp=amp, compile=args.compile)
+    if context is not None and not context.is_main:
+        return 0  # rank 0 evaluates and writes the one checkpoint
     valid = f"; valid loss {history.valid_loss[-1]:.3f}" if history.valid_loss else ""
     print(f"trained {history.steps} steps ({history.epochs} full epochs) in {history.seconds:.1f} s, "
-          f"stopped by {history.stopped_by}; train loss {history.train_loss[-1]:.3f}{valid}", file=out, flush=True)
+          f"stopped by {history.stopped_by}; train loss {history.train_loss[-1]:.3f}{valid}; "
+          f"world size {history.world_size}, autocast {history.amp}", file=out, flush=True)
     split = "test" if len(data.test) else "valid"
     decoding = "beam" if args.beam_size > 1 else "greedy"
     metrics = evaluate(model, data, split, decoding=decoding, beam_size=args.beam_size)
-    print(f"{split}: exact match {metrics['exact_match']:.3f}, BLEU {metrics['bleu']:.1f} "
-          f"({metrics['n']} sources, {decoding} decoding)", file=out, flush=True)
+    scored = "sacrebleu on detokenised text" if data.tokenizer == "subword" else "token BLEU"
+    print(f"{split}: exact match {metrics['exact_match']:.3f}, BLEU {metrics['bleu']:.1f} ({scored}), "
+          f"{metrics['n_unk']} translations with <unk> ({metrics['n']} sources, {decoding} decoding)",
+          file=out, flush=True)
     path = args.out if args.out else f"{args.task}-{args.model}.pt"
     meta = {"task": args.task, "tokenizer": data.tokenizer, "data": getattr(data, "name", args.task),
             "seed": args.seed, "steps": history.steps, "seconds": history.seconds,
             "metrics": {"split": split, "exact_match": metrics["exact_match"], "bleu": metrics["bleu"],
-                        "n": metrics["n"], "decoding": decoding}}
+                        "n": metrics["n"], "n_unk": metrics["n_unk"], "decoding": decoding}}
+    if data.tokenizer == "subword":
+        meta["subword"] = {"src": data.src_tokenizer.to_json(), "tgt": data.tgt_tokenizer.to_json()}
     save_checkpoint(path, model, data.src_vocab, data.tgt_vocab, meta=meta)
     print(f"saved {path}", file=out, flush=True)
     return 0
@@ -170,14 +214,26 @@ def _translate(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     device = torch.device(args.device) if args.device else None
     model, src_vocab, tgt_vocab, meta = load_checkpoint(args.checkpoint, device=device)
     tokenizer = meta.get("tokenizer")
-    if tokenizer not in ("char", "word"):
+    detokenizer = None
+    if tokenizer == "subword":
+        from .data import SubwordTokenizer
+
+        try:
+            src_tok = SubwordTokenizer.from_json(meta["subword"]["src"])
+            tgt_tok = SubwordTokenizer.from_json(meta["subword"]["tgt"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointError(f"{args.checkpoint}: its subword tokenizers are missing or malformed ({e})") from e
+        if src_tok.vocab != src_vocab or tgt_tok.vocab != tgt_vocab:
+            raise CheckpointError(f"{args.checkpoint}: its subword tokenizers do not match its vocabularies")
+        tokenizer, detokenizer = src_tok, tgt_tok.detokenize
+    elif tokenizer not in ("char", "word"):
         raise CheckpointError(
             f"{args.checkpoint}: its meta data does not say how to tokenize (tokenizer={tokenizer!r})")
 
     def run(lines: Sequence[str]) -> list[str]:
         return translate(model, list(lines), src_vocab, tgt_vocab, tokenizer,
                          decoding="beam" if args.beam_size > 1 else "greedy", beam_size=args.beam_size,
-                         max_len=args.max_len, batch_size=args.batch_size)
+                         max_len=args.max_len, batch_size=args.batch_size, detokenizer=detokenizer)
 
     if args.sentences:
         for line in run(args.sentences):

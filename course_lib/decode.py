@@ -253,14 +253,17 @@ def _tokenize(sentence: str, tokenizer: str | Callable[[str], list[str]]) -> lis
     return tokenize_words(normalize_text(sentence))
 
 
-def _detokenize(tokens: list[str], tokenizer: str | Callable[[str], list[str]]) -> str:
+def _detokenize(tokens: list[str], tokenizer: str | Callable[[str], list[str]],
+                detokenizer: Callable[[list[str]], str] | None = None) -> str:
+    if detokenizer is not None:
+        return detokenizer(tokens)
     return "".join(tokens) if tokenizer == "char" else " ".join(tokens)
 
 
 def translate(model: nn.Module, sentences: Sequence[str], src_vocab, tgt_vocab,
               tokenizer: str | Callable[[str], list[str]], *, decoding: Literal["greedy", "beam"] = "greedy",
               beam_size: int = 4, length_penalty: float = 0.6, max_len: int | None = None,
-              batch_size: int = 64) -> list[str]:
+              batch_size: int = 64, detokenizer: Callable[[list[str]], str] | None = None) -> list[str]:
     """Translate raw sentences, a batch at a time.
 
     Args:
@@ -275,6 +278,9 @@ def translate(model: nn.Module, sentences: Sequence[str], src_vocab, tgt_vocab,
         beam_size, length_penalty: for beam search.
         max_len: tokens to generate at most; default :func:`default_max_len`.
         batch_size: sentences decoded together.
+        detokenizer: a function output tokens -> text (for subwords, the target
+            :class:`course_lib.data.SubwordTokenizer`'s ``detokenize``); default as described for
+            ``tokenizer``.
 
     Returns:
         One translation per sentence (an empty or blank sentence gives ``""``).
@@ -308,6 +314,6 @@ def translate(model: nn.Module, sentences: Sequence[str], src_vocab, tgt_vocab,
             out = beam_search(model, src, src_valid_lens, budget, bos=tgt_vocab.bos, eos=tgt_vocab.eos,
                               beam_size=beam_size, length_penalty=length_penalty)
         for i, ids in zip(chunk, out, strict=True):
-            results[i] = _detokenize(tgt_vocab.decode(ids), tokenizer)
+            results[i] = _detokenize(tgt_vocab.decode(ids), tokenizer, detokenizer)
     return results
 

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from ._validation import check_positive_int
 
-__all__ = ["bleu", "corpus_bleu", "exact_match"]
+__all__ = ["bleu", "corpus_bleu", "detokenized_bleu", "exact_match"]
 
 
 def _ngrams(tokens: Sequence[str], n: int) -> Counter:
@@ -145,3 +145,32 @@ def exact_match(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequen
     hits = sum(any(list(hyp) == list(ref) for ref in refs)
                for hyp, refs in zip(hypotheses, references, strict=True))
     return hits / len(hypotheses)
+
+
+def detokenized_bleu(hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> float:
+    """Corpus BLEU of *detokenised* text with sacrebleu's defaults (13a tokenisation, cased, exp smoothing).
+
+    This is the score to compare across vocabularies (words, subwords, characters): sacrebleu tokenises
+    the plain text itself, so how the model split it does not change the score.
+
+    Args:
+        hypotheses: one translation (a plain str) per sentence.
+        references: for each sentence, a non-empty list of reference strings (any number each).
+
+    Returns:
+        The score in [0, 100].
+    """
+    import sacrebleu
+
+    if isinstance(hypotheses, str) or not all(isinstance(h, str) for h in hypotheses):
+        raise TypeError("hypotheses must be a list of str (detokenised sentences)")
+    if len(hypotheses) != len(references):
+        raise ValueError(f"hypotheses and references must have the same length, got {len(hypotheses)} and "
+                         f"{len(references)}")
+    for i, refs in enumerate(references):
+        if isinstance(refs, str) or not refs or not all(isinstance(r, str) for r in refs):
+            raise ValueError(f"references[{i}] must be a non-empty list of str, got {refs!r}")
+    # sacrebleu wants one stream per reference index, None where a sentence has fewer references.
+    n_streams = max((len(refs) for refs in references), default=1)
+    streams = [[refs[j] if j < len(refs) else None for refs in references] for j in range(n_streams)]
+    return float(sacrebleu.corpus_bleu(list(hypotheses), streams).score)

@@ -25,7 +25,7 @@ from torch import nn
 from ._validation import check_floating, check_ndim, check_positive, check_positive_int, check_tensor
 from .decode import beam_search, default_max_len, greedy_decode
 from .masking import lengths_to_mask
-from .metrics import corpus_bleu, exact_match
+from .metrics import corpus_bleu, detokenized_bleu, exact_match
 from .utils import set_seed, try_gpu
 
 __all__ = [
@@ -117,7 +117,8 @@ class TrainHistory:
         epochs: completed epochs.
         tokens: target tokens trained on.
         stopped_by: ``"epochs"`` or ``"time"``.
-        device: where it trained; ``amp``: the autocast dtype (``"off"`` on the CPU).
+        device: where it trained; ``amp``: the autocast dtype (``"off"`` when not used).
+        world_size: the number of data-parallel processes (1 without ``torch.distributed``).
     """
 
     steps: int = 0
@@ -132,6 +133,7 @@ class TrainHistory:
     stopped_by: str = ""
     device: str = ""
     amp: str = "off"
+    world_size: int = 1
 
     @property
     def tokens_per_second(self) -> float:
@@ -139,10 +141,33 @@ class TrainHistory:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-def _amp_dtype(device: torch.device, amp: bool) -> torch.dtype | None:
+def _amp_dtype(device: torch.device, amp: bool | str) -> torch.dtype | None:
+    # amp=True: mixed precision on CUDA only (bf16 where supported, else fp16 with a gradient scaler);
+    # amp="bf16": bf16 autocast on any device, the CPU included (where the CPU supports it).
+    if amp == "bf16":
+        return torch.bfloat16
     if not amp or device.type != "cuda":
         return None
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+def _data_parallel_world() -> tuple[int, int]:
+    """(rank, world size) of the default process group, (0, 1) when there is none."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _sharded_batches(data, batch_size: int, generator: torch.Generator, rank: int, world_size: int):
+    """This rank's part of each global batch of ``world_size * batch_size`` shuffled training pairs."""
+    from .data import make_batch
+    from .distributed import shard_batches
+
+    order = torch.randperm(len(data.train), generator=generator).tolist()  # the same on every rank
+    for indices in shard_batches(order, batch_size, rank, world_size):
+        yield make_batch([data.train[i] for i in indices], data.src_vocab, data.tgt_vocab)
 
 
 def _check_budget(minutes: float | None, epochs: int | None) -> None:
@@ -157,7 +182,7 @@ def _check_budget(minutes: float | None, epochs: int | None) -> None:
 def train_seq2seq(model: nn.Module, data, *, minutes: float | None = None, epochs: int | None = None,
                   lr: float = 1e-3, batch_size: int = 64, warmup_steps: int = 0, clip: float | None = 1.0,
                   device: torch.device | str | None = None, seed: int = 0, progress: bool = True,
-                  eval_every: int | None = None, amp: bool = True) -> TrainHistory:
+                  eval_every: int | None = None, amp: bool | str = True, compile: bool = False) -> TrainHistory:
     r"""Train a seq2seq model with teacher forcing and Adam, within a time and/or epoch budget.
 
     Training stops after ``epochs`` epochs or once ``minutes`` of wall-clock time have passed
@@ -166,6 +191,15 @@ def train_seq2seq(model: nn.Module, data, *, minutes: float | None = None, epoch
     :math:`\mathrm{lr}\cdot\min(s/w, \sqrt{w/s})`. On CUDA the forward pass runs under autocast
     (bfloat16 where supported, else float16 with a gradient scaler); on the CPU in float32, and a run
     with the same seed reproduces exactly.
+
+    **Data parallel.** When a ``torch.distributed`` process group is initialised (the processes were
+    started by ``torchrun``, see :mod:`course_lib.distributed`) with N > 1 processes, the model is
+    wrapped in :class:`~torch.nn.parallel.DistributedDataParallel`, every step deals each process
+    ``batch_size`` pairs of a global batch of N * ``batch_size`` (the same shuffled order on every
+    rank), and each rank's loss is weighted by its share of the global target tokens, so that the
+    averaged gradient is exactly the gradient of the global batch's token-mean loss: one step on N
+    processes equals one step on one process with N times the batch. All ranks stop at the same step
+    (rank 0's clock decides); only rank 0 measures the validation loss and shows progress.
 
     Args:
         model: a seq2seq model; it is moved to ``device``.
@@ -181,7 +215,10 @@ def train_seq2seq(model: nn.Module, data, *, minutes: float | None = None, epoch
         progress: show a tqdm progress bar (on stderr).
         eval_every: measure the validation loss every this many steps; default once per epoch.
             The loss at the end of training is always measured (when there is a validation split).
-        amp: use mixed precision on CUDA (ignored on the CPU).
+        amp: ``True``: mixed precision on CUDA (ignored on the CPU); ``"bf16"``: bfloat16 autocast on
+            any device (on the CPU where it supports bf16); ``False``: float32.
+        compile: run the training forward through ``torch.compile`` (slow to start; pays off on long
+            GPU runs).
 
     Returns:
         A :class:`TrainHistory`. The model is left in eval mode on ``device``.
@@ -200,11 +237,23 @@ def train_seq2seq(model: nn.Module, data, *, minutes: float | None = None, epoch
     if not len(data.train):
         raise ValueError("data.train is empty: nothing to train on")
 
+    if amp not in (True, False, "bf16"):
+        raise ValueError(f'amp must be True, False or "bf16", got {amp!r}')
     device = torch.device(device) if device is not None else try_gpu()
     # Deterministic kernels are requested on the CPU only: on CUDA they would cost speed and warn.
     set_seed(seed, deterministic=device.type == "cpu")
     generator = torch.Generator().manual_seed(seed)
     model.to(device).train()
+    rank, world_size = _data_parallel_world()
+    step_model: nn.Module = model
+    if world_size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        # DDP broadcasts rank 0's weights, then averages the gradients during backward.
+        step_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        progress = progress and rank == 0
+    if compile:
+        step_model = torch.compile(step_model)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     if warmup_steps > 0:
         peak = warmup_lr(warmup_steps, 1, warmup_steps)
@@ -214,8 +263,9 @@ def train_seq2seq(model: nn.Module, data, *, minutes: float | None = None, epoch
         scheduler = None
     amp_dtype = _amp_dtype(device, amp)
     scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
-    history = TrainHistory(device=str(device), amp=str(amp_dtype).replace("torch.", "") if amp_dtype else "off")
-    has_valid = len(data.valid) > 0
+    history = TrainHistory(device=str(device), amp=str(amp_dtype).replace("torch.", "") if amp_dtype else "off",
+                           world_size=world_size)
+    has_valid = len(data.valid) > 0 and rank == 0
 
     n_batches = math.ceil(len(data.train) / batch_size)
     bar = tqdm(total=epochs * n_batches if epochs is not None else None, disable=not progress,
@@ -249,13 +299,21 @@ def train_seq2seq(model: nn.Module, data, *, minutes: float | None = None, epoch
     stopped_by = "epochs"
     try:
         while epochs is None or history.epochs < epochs:
-            for batch in data.batches("train", batch_size, shuffle=True, generator=generator):
+            if world_size > 1:
+                batches = _sharded_batches(data, batch_size, generator, rank, world_size)
+            else:
+                batches = data.batches("train", batch_size, shuffle=True, generator=generator)
+            for batch in batches:
                 batch = batch.to(device)
                 with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                    logits = model(batch.src, batch.src_valid_lens, batch.tgt_in)
+                    logits = step_model(batch.src, batch.src_valid_lens, batch.tgt_in)
                 loss = masked_cross_entropy(logits.float(), batch.tgt_out, batch.tgt_valid_lens)
+                n_tokens = batch.tgt_valid_lens.sum().float()
+                objective = loss
+                if world_size > 1:
+                    loss, n_tokens, objective = _global_token_mean(loss, n_tokens, world_size)
                 optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
+                scaler.scale(objective).backward()
                 if clip:
                     scaler.unscale_(optimizer)
                     nn.utils.clip_grad_norm_(model.parameters(), clip)
@@ -265,13 +323,13 @@ def train_seq2seq(model: nn.Module, data, *, minutes: float | None = None, epoch
                 if scheduler is not None:
                     scheduler.step()
                 history.steps += 1
-                pending.append((loss.detach().float(), batch.tgt_valid_lens.sum().float()))
+                pending.append((loss.detach().float(), n_tokens))
                 if len(pending) >= 25:
                     flush()
                 bar.update(1)
                 if eval_every is not None and history.steps % eval_every == 0:
                     validate()
-                if time.perf_counter() >= deadline:
+                if _all_agree(time.perf_counter() >= deadline, world_size, device):
                     stopped_by = "time"
                     break
             if stopped_by == "time":
@@ -289,6 +347,33 @@ def train_seq2seq(model: nn.Module, data, *, minutes: float | None = None, epoch
     history.seconds = time.perf_counter() - start
     model.eval()
     return history
+
+
+def _global_token_mean(loss: torch.Tensor, n_tokens: torch.Tensor,
+                       world_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(global token-mean loss, global token count, this rank's objective) for data-parallel training.
+
+    DDP *averages* the ranks' gradients. Rank r's loss is a mean over its n_r tokens; weighting it by
+    N * n_r / n (n the total over ranks) makes the average of the weighted gradients the gradient of
+    the mean over all n tokens, whatever the ranks' token counts.
+    """
+    import torch.distributed as dist
+
+    totals = torch.stack([loss.detach().float() * n_tokens, n_tokens])
+    dist.all_reduce(totals)
+    n_global = totals[1].clamp(min=1)
+    return totals[0] / n_global, totals[1], loss * (n_tokens * world_size / n_global)
+
+
+def _all_agree(stop: bool, world_size: int, device: torch.device) -> bool:
+    """Rank 0's decision to stop, shared with every rank (so all take the same number of steps)."""
+    if world_size == 1:
+        return stop
+    import torch.distributed as dist
+
+    flag = torch.tensor([float(stop)], device=device)
+    dist.broadcast(flag, src=0)
+    return bool(flag.item())
 
 
 def evaluate_loss(model: nn.Module, data, split: str = "valid", batch_size: int = 256,
@@ -389,9 +474,20 @@ def evaluate(model: nn.Module, data, split: str = "test", decoding: Literal["gre
         model, data, split, decoding, max_len, beam_size, batch_size, limit: as in :func:`predict_split`.
 
     Returns:
-        ``{"exact_match": in [0, 1], "bleu": in [0, 100], "n": number of sources}``.
+        ``{"exact_match": in [0, 1], "bleu": in [0, 100], "n": number of sources, "n_unk": predictions
+        containing <unk>}``. For subword data (``data.tokenizer == "subword"``) the BLEU is
+        :func:`course_lib.metrics.detokenized_bleu` of the detokenised text (sacrebleu's defaults).
     """
     triples = predict_split(model, data, split, decoding, max_len, beam_size, batch_size, limit)
     hyps: Sequence[list[str]] = [pred for _, pred, _ in triples]
     refs = [r for _, _, r in triples]
-    return {"exact_match": exact_match(hyps, refs), "bleu": corpus_bleu(hyps, refs), "n": len(triples)}
+    n_unk = sum("<unk>" in pred for pred in hyps)
+    if getattr(data, "tokenizer", None) == "subword":
+        # Subword tokens are no unit to count n-grams in: score the detokenised text as sacrebleu does.
+        hyp_text = [data.to_text(h) for h in hyps]
+        ref_text = [[data.to_text(r) for r in rs] for rs in refs]
+        hits = sum(h in rs for h, rs in zip(hyp_text, ref_text, strict=True))
+        return {"exact_match": hits / len(hyps) if hyps else 0.0, "bleu": detokenized_bleu(hyp_text, ref_text),
+                "n": len(triples), "n_unk": n_unk}
+    return {"exact_match": exact_match(hyps, refs), "bleu": corpus_bleu(hyps, refs), "n": len(triples),
+            "n_unk": n_unk}

@@ -244,7 +244,7 @@ class OracleReverser(nn.Module):
 def test_evaluate_scores_a_perfect_model_as_perfect(decoding):
     data = reverse_data()
     result = evaluate(OracleReverser(data), data, "test", decoding=decoding, batch_size=7)
-    assert result == {"exact_match": 1.0, "bleu": pytest.approx(100.0), "n": len(data.references["test"])}
+    assert result == {"exact_match": 1.0, "bleu": pytest.approx(100.0), "n": len(data.references["test"]), "n_unk": 0}
 
 
 def test_predict_split_uses_every_reference_of_a_source_once():

@@ -1,7 +1,8 @@
 """Data for the seq2seq chapters: vocabularies, padded batches, the dates task and English -> French pairs.
 
-Nothing here downloads anything: the dates task is generated with Babel, and the translation pairs
-are read from the course's data folder (:func:`data_dir`).
+Nothing here downloads anything unless asked: the dates task is generated with Babel, and the
+translation pairs are read from the course's data folder (:func:`data_dir`), or fetched by the opt-in
+``load_fra_eng(download=True)``.
 """
 
 from .batching import Batch, encode_sources, make_batch, pad_sequences
@@ -16,8 +17,10 @@ from .dates import (
     format_date_example,
     load_dates,
 )
+from .download import download_fra_eng
 from .paths import DATA_DIR_ENV, DataNotFoundError, data_dir, find_data_file
-from .translation import FRA_ENG_FILE, load_fra_eng, normalize_text, read_sentence_pairs, tokenize_words
+from .subword import SubwordTokenizer, clean_text, load_fra_eng_subwords
+from .translation import FRA_ENG_FILE, fra_eng_file, load_fra_eng, normalize_text, read_sentence_pairs, tokenize_words
 from .vocab import SPECIAL_TOKENS, Vocab
 
 __all__ = [
@@ -28,20 +31,25 @@ __all__ = [
     "FRA_ENG_FILE",
     "SPECIAL_TOKENS",
     "SPLITS",
+    "SubwordTokenizer",
     "Batch",
     "DataNotFoundError",
     "Seq2SeqData",
     "Vocab",
     "ambiguous_date_strings",
     "build_references",
+    "clean_text",
     "data_dir",
+    "download_fra_eng",
     "date_formats",
     "date_target",
     "encode_sources",
     "find_data_file",
     "format_date_example",
+    "fra_eng_file",
     "load_dates",
     "load_fra_eng",
+    "load_fra_eng_subwords",
     "make_batch",
     "normalize_text",
     "pad_sequences",

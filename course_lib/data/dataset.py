@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -93,9 +93,11 @@ class Seq2SeqData:
         src_vocab, tgt_vocab: built on the training split.
         references: per split, source token tuple -> every target of that source in the split
             (multi-reference BLEU, exact match against any).
-        tokenizer: ``"char"`` or ``"word"`` (how a raw sentence becomes tokens).
+        tokenizer: ``"char"``, ``"word"`` or ``"subword"`` (how a raw sentence becomes tokens).
         name: the data set's name.
         info: counts and settings from the loader (what was dropped and why, seeds, sizes).
+        src_tokenizer, tgt_tokenizer: for ``"subword"``, the two
+            :class:`course_lib.data.SubwordTokenizer` objects (None otherwise).
     """
 
     train: list[Pair]
@@ -107,10 +109,14 @@ class Seq2SeqData:
     tokenizer: str
     name: str
     info: dict[str, Any] = field(default_factory=dict)
+    src_tokenizer: Any = None
+    tgt_tokenizer: Any = None
 
     def __post_init__(self) -> None:
-        if self.tokenizer not in ("char", "word"):
-            raise ValueError(f'tokenizer must be "char" or "word", got {self.tokenizer!r}')
+        if self.tokenizer not in ("char", "word", "subword"):
+            raise ValueError(f'tokenizer must be "char", "word" or "subword", got {self.tokenizer!r}')
+        if (self.tokenizer == "subword") != (self.src_tokenizer is not None and self.tgt_tokenizer is not None):
+            raise ValueError('src_tokenizer and tgt_tokenizer must be given exactly when tokenizer="subword"')
         for v in ("src_vocab", "tgt_vocab"):
             if not isinstance(getattr(self, v), Vocab):
                 raise TypeError(f"{v} must be a Vocab, got {type(getattr(self, v)).__name__}")
@@ -136,6 +142,14 @@ class Seq2SeqData:
         sizes = ", ".join(f"{s}={len(getattr(self, s))}" for s in SPLITS)
         return (f"Seq2SeqData(name={self.name!r}, tokenizer={self.tokenizer!r}, {sizes}, "
                 f"src_vocab={len(self.src_vocab)}, tgt_vocab={len(self.tgt_vocab)})")
+
+    def to_text(self, tokens: Sequence[str], side: Literal["src", "tgt"] = "tgt") -> str:
+        """Join tokens into text: characters without spaces, words with one space, subwords by the tokenizer."""
+        if side not in ("src", "tgt"):
+            raise ValueError(f'side must be "src" or "tgt", got {side!r}')
+        if self.tokenizer == "subword":
+            return getattr(self, f"{side}_tokenizer").detokenize(tokens)
+        return ("" if self.tokenizer == "char" else " ").join(tokens)
 
     def split(self, split: str) -> list[Pair]:
         """The pairs of ``split`` (``"train"``, ``"valid"`` or ``"test"``)."""

@@ -15,8 +15,8 @@ from .._validation import check_int, check_positive_int
 from .dataset import Pair, Seq2SeqData, _check_fraction, split_by_source
 from .paths import DataNotFoundError, find_data_file
 
-__all__ = ["FRA_ENG_FILE", "SENTENCE_FINAL", "load_fra_eng", "normalize_text", "read_sentence_pairs",
-           "tokenize_words"]
+__all__ = ["FRA_ENG_FILE", "SENTENCE_FINAL", "fra_eng_file", "load_fra_eng", "normalize_text",
+           "read_sentence_pairs", "tokenize_words"]
 
 FRA_ENG_FILE = "fra-eng/fra.txt"
 # What a complete French (or English) sentence of the corpus ends with.
@@ -99,9 +99,34 @@ def read_sentence_pairs(path: str | os.PathLike[str]) -> tuple[list[tuple[str, s
     return pairs, n_malformed
 
 
+def fra_eng_file(path: str | os.PathLike[str] | None = None, download: bool = False) -> Path:
+    """The English-French file: ``path``, else ``fra-eng/fra.txt`` in the data folder, else (opt-in) downloaded.
+
+    Args:
+        path: an explicit file (returned as is).
+        download: when the data folder has no copy, fetch D2L's archive
+            (:func:`course_lib.data.download.download_fra_eng`: checksum verified, cached, the place
+            printed). Without it nothing is ever downloaded.
+
+    Raises:
+        DataNotFoundError: no copy and ``download=False`` (the message says how to get one).
+    """
+    if path is not None:
+        return Path(path)
+    try:
+        return find_data_file(FRA_ENG_FILE)
+    except DataNotFoundError as e:
+        from .download import FRA_ENG_URL, cache_dir, download_fra_eng
+
+        if not download:
+            raise DataNotFoundError(f"{e}; or pass download=True to fetch it ({FRA_ENG_URL}, checksum verified) "
+                                    f"into {cache_dir()}") from None
+        return download_fra_eng()
+
+
 def load_fra_eng(path: str | os.PathLike[str] | None = None, max_tokens: int | None = None, min_freq: int = 2,
                  seed: int = 0, valid_frac: float = 0.1, test_frac: float = 0.1,
-                 max_examples: int | None = None) -> Seq2SeqData:
+                 max_examples: int | None = None, download: bool = False) -> Seq2SeqData:
     """English -> French word-level translation pairs, split by English sentence.
 
     Steps: read the pairs (:func:`read_sentence_pairs`), keep the first ``max_examples`` (the file
@@ -117,6 +142,8 @@ def load_fra_eng(path: str | os.PathLike[str] | None = None, max_tokens: int | N
         seed: the split's seed.
         valid_frac, test_frac: fractions of the distinct English sentences.
         max_examples: read only the first that many pairs; None reads all.
+        download: with ``path=None`` and no copy in the data folder, download D2L's archive (see
+            :func:`fra_eng_file`); off by default: nothing is downloaded unless asked.
 
     Returns:
         A word-level :class:`Seq2SeqData` named ``"fra-eng"``; ``info`` holds ``path, n_lines,
@@ -133,7 +160,7 @@ def load_fra_eng(path: str | os.PathLike[str] | None = None, max_tokens: int | N
     min_freq = check_positive_int(min_freq, "min_freq")
     seed = check_int(seed, "seed")
     valid_frac, test_frac = _check_fraction(valid_frac, "valid_frac"), _check_fraction(test_frac, "test_frac")
-    file = find_data_file(FRA_ENG_FILE) if path is None else Path(path)
+    file = fra_eng_file(path, download)
     raw, n_malformed = read_sentence_pairs(file)
     n_lines = len(raw) + n_malformed
     if max_examples is not None:
