@@ -16,7 +16,7 @@ from .data import (
     load_fra_eng,
     load_fra_eng_subwords,
 )
-from .decode import beam_search, default_max_len, greedy_decode, sequence_log_prob, translate
+from .decode import beam_search, decode_batch, default_max_len, greedy_decode, sequence_log_prob, translate
 from .kernels import (
     KERNELS,
     boxcar_kernel,
@@ -55,6 +55,7 @@ from .scoring import (
     cosine_scores,
     dot_product_scores,
 )
+from .seq2seq import Seq2SeqModel
 from .sparse import (
     SparseMultiHeadAttention,
     default_stride,
@@ -88,7 +89,7 @@ from .transformer import (
     TransformerEncoder,
     TransformerEncoderBlock,
 )
-from .utils import glue, num_parameters, set_seed, try_gpu
+from .utils import global_state_preserved, glue, model_device, num_parameters, seeded, set_seed, try_gpu
 
 __version__ = "0.1.0"
 
@@ -114,6 +115,7 @@ __all__ = [
     "RNNEncoder",
     "Seq2SeqData",
     "Seq2SeqDecoder",
+    "Seq2SeqModel",
     "Seq2SeqRNN",
     "Seq2SeqRNNConfig",
     "SparseMultiHeadAttention",
@@ -137,11 +139,11 @@ __all__ = [
     "corpus_bleu",
     "cosine_scores",
     "data",
-    "diagrams",
-    "glue",
+    "decode_batch",
     "default_max_len",
     "default_stride",
     "dense_attention",
+    "diagrams",
     "dot_product_scores",
     "epanechnikov_kernel",
     "evaluate",
@@ -153,6 +155,8 @@ __all__ = [
     "fused_attention",
     "gaussian_kernel",
     "get_kernel",
+    "global_state_preserved",
+    "glue",
     "greedy_decode",
     "leave_one_out",
     "lengths_to_mask",
@@ -162,6 +166,7 @@ __all__ = [
     "load_fra_eng_subwords",
     "masked_cross_entropy",
     "masked_softmax",
+    "model_device",
     "nadaraya_watson",
     "num_parameters",
     "parameter_free_self_attention",
@@ -172,6 +177,7 @@ __all__ = [
     "plot_regression",
     "predict_split",
     "save_checkpoint",
+    "seeded",
     "sequence_log_prob",
     "sequence_mask",
     "set_seed",

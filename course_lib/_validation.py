@@ -89,3 +89,77 @@ def check_probability(value: float, name: str) -> None:
         raise TypeError(f"{name} must be a float in [0, 1), got {type(value).__name__}")
     if not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must be in [0, 1), got {value}")
+
+
+def check_bool(value: object, name: str) -> bool:
+    """Raise ``TypeError`` unless ``value`` is a ``bool`` (a flag; 0/1 are refused)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def check_tokens(x: object, name: str, layout: str, vocab_size: int | None = None) -> torch.Tensor:
+    """Raise unless ``x`` is a 2-D ``torch.long`` tensor of ids in ``[0, vocab_size)`` (``>= 0`` without one).
+
+    ``nn.Embedding`` reports an out-of-range id as an opaque ``IndexError`` (or a device assert on CUDA).
+    """
+    check_tensor(x, name)
+    check_ndim(x, name, 2, layout)
+    if x.dtype != torch.long:
+        raise TypeError(f"{name} must hold token ids as torch.long, got dtype {x.dtype}")
+    if vocab_size is None:
+        if x.numel() and bool((x < 0).any()):
+            raise ValueError(f"{name} holds negative ids: min {x.min().item()}")
+    elif x.numel() and bool(((x < 0) | (x >= vocab_size)).any()):
+        raise ValueError(f"{name} holds ids outside [0, {vocab_size}): min {x.min().item()}, max {x.max().item()}")
+    return x
+
+
+def as_lengths(lengths: object, name: str, max_len: int | None = None, shape: tuple[int, ...] | None = None,
+               what: str = "", device: torch.device | str | None = None) -> torch.Tensor:
+    """Validate integer lengths (a tensor, a list or a NumPy array) and return them as int64.
+
+    The one check behind every ``valid_lens``-like argument of the library.
+
+    Args:
+        lengths: the lengths.
+        name: the argument's name, for the messages.
+        max_len: the largest length allowed (the padded length), or ``None``.
+        shape: the shape they must have, or ``None`` for any.
+        what: the tensor they describe, quoted in the messages (``"src of shape (2, 5)"``).
+        device: where to put the result (default: where they are; lists go to the CPU).
+
+    Raises:
+        TypeError: not integers (floats with a fractional part, bools, complex, strings).
+        ValueError: wrong shape, negative, or longer than ``max_len``.
+    """
+    for_what = f" for {what}" if what else ""
+    if not isinstance(lengths, torch.Tensor):
+        try:
+            lengths = torch.as_tensor(lengths)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"{name} must be a tensor (or list) of integer lengths, got "
+                            f"{type(lengths).__name__}") from None
+    if lengths.dtype == torch.bool or lengths.is_complex():
+        raise TypeError(f"{name} must be an integer tensor of lengths, got dtype {lengths.dtype}")
+    if lengths.is_floating_point():
+        if not torch.all(lengths == lengths.round()):
+            raise TypeError(f"{name} must be an integer tensor of lengths, got dtype {lengths.dtype} with "
+                            f"non-integer values {lengths.flatten()[:8].tolist()}")
+    if shape is not None and tuple(lengths.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}{for_what}, got {tuple(lengths.shape)}")
+    if lengths.numel():
+        low, high = int(lengths.min()), int(lengths.max())
+        if low < 0 or (max_len is not None and high > max_len):
+            bound = f"[0, {max_len}]" if max_len is not None else "[0, inf)"
+            raise ValueError(f"{name} must lie in {bound}{for_what}, got values from {low} to {high}")
+    return lengths.to(device=device if device is not None else lengths.device, dtype=torch.long)
+
+
+def check_pad_id(pad_id: object, *vocab_sizes: int) -> int:
+    """Raise unless ``pad_id`` is an int and an id of every vocabulary (a config's ``pad_id``)."""
+    check_int(pad_id, "pad_id")
+    if not 0 <= pad_id < min(vocab_sizes):
+        sizes = " and ".join(str(v) for v in vocab_sizes)
+        raise ValueError(f"pad_id must be a valid id in every vocabulary (sizes {sizes}), got {pad_id}")
+    return pad_id

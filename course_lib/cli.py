@@ -19,7 +19,10 @@ import math
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["main", "build_parser"]
 
@@ -95,8 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--beam-size", type=_positive_int, default=1,
                        help="decoding for the held-out metrics: 1 = greedy (default)")
     train.add_argument("--out", metavar="FILE", help="checkpoint to write (default: TASK-MODEL.pt)")
-    train.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: the GPU when there is one; under "
-                                        "torchrun, cuda:LOCAL_RANK)")
+    train.add_argument("--device", help="cpu, cuda, cuda:1, mps, ... (default: CUDA, then MPS, then the CPU; "
+                                        "under torchrun, cuda:LOCAL_RANK)")
     train.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
                        help="auto: bf16 (or fp16) autocast on CUDA, fp32 on the CPU; bf16: bf16 autocast on any "
                             "device; fp32: no autocast (default: %(default)s)")
@@ -108,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--beam-size", type=_positive_int, default=1, help="1 = greedy (default)")
     tr.add_argument("--batch-size", type=_positive_int, default=64, help="default: %(default)s")
     tr.add_argument("--max-len", type=_positive_int, help="tokens to generate at most")
-    tr.add_argument("--device", help="default: the GPU when there is one")
+    tr.add_argument("--device", help="default: CUDA, then MPS, then the CPU")
     return parser
 
 
@@ -142,11 +145,17 @@ def _build_model(kind: str, data):
     return Transformer(config), {"lr": 1e-3, "warmup_steps": 200}
 
 
+def default_device() -> torch.device:
+    """The device a command runs on without ``--device``: :func:`course_lib.try_gpu` (CUDA, MPS, CPU)."""
+    from .utils import try_gpu
+
+    return try_gpu()
+
+
 def _train(args: argparse.Namespace, out: TextIO) -> int:
     import torch
 
     from .distributed import init_distributed
-    from .utils import try_gpu
 
     # Under torchrun: join the process group (gloo on the CPU, NCCL on GPUs); otherwise nothing changes.
     context, device = init_distributed(args.device)
@@ -154,7 +163,7 @@ def _train(args: argparse.Namespace, out: TextIO) -> int:
         if context is not None and not context.is_main:
             out = open(os.devnull, "w")  # only rank 0 reports
         return _train_in_process(args, out, context, device or (torch.device(args.device) if args.device
-                                                                 else try_gpu()))
+                                                                 else default_device()))
     finally:
         if context is not None:
             import torch.distributed as dist
@@ -211,7 +220,7 @@ def _translate(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     from .checkpoint import CheckpointError, load_checkpoint
     from .decode import translate
 
-    device = torch.device(args.device) if args.device else None
+    device = torch.device(args.device) if args.device else default_device()
     model, src_vocab, tgt_vocab, meta = load_checkpoint(args.checkpoint, device=device)
     tokenizer = meta.get("tokenizer")
     detokenizer = None

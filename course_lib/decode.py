@@ -24,9 +24,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_ndim, check_positive_int, check_tensor
+from ._validation import as_lengths, check_positive_int, check_tokens
+from .seq2seq import Seq2SeqModel, check_seq2seq_model
+from .utils import model_device
 
-__all__ = ["greedy_decode", "beam_search", "translate", "sequence_log_prob", "default_max_len"]
+__all__ = ["greedy_decode", "beam_search", "decode_batch", "translate", "sequence_log_prob", "default_max_len"]
 
 
 @contextlib.contextmanager
@@ -41,24 +43,14 @@ def _eval_mode(model: nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
-def _model_device(model: nn.Module) -> torch.device:
-    param = next(model.parameters(), None)
-    return param.device if param is not None else torch.device("cpu")
-
-
-def _check_src(model: nn.Module, src: object, src_valid_lens: object) -> tuple[torch.Tensor, torch.Tensor]:
-    check_tensor(src, "src")
-    check_ndim(src, "src", 2, "(batch, S)")
-    if src.dtype != torch.long:
-        raise TypeError(f"src must hold token ids as torch.long, got dtype {src.dtype}")
-    check_tensor(src_valid_lens, "src_valid_lens")
-    if src_valid_lens.shape != (src.shape[0],):
-        raise ValueError(
-            f"src_valid_lens must have shape ({src.shape[0]},) for src of shape {tuple(src.shape)}, "
-            f"got {tuple(src_valid_lens.shape)}"
-        )
-    device = _model_device(model)
-    return src.to(device), src_valid_lens.to(device)
+def _check_src(model: Seq2SeqModel, src: object, src_valid_lens: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate the model and a source batch; return both on the model's device."""
+    check_seq2seq_model(model)
+    src = check_tokens(src, "src", "(batch, S)")  # the model knows its vocabulary size
+    lens = as_lengths(src_valid_lens, "src_valid_lens", max_len=src.shape[1], shape=(src.shape[0],),
+                      what=f"src of shape {tuple(src.shape)}")
+    device = model_device(model)
+    return src.to(device), lens.to(device)
 
 
 def _check_ids(max_len: object, bos: object, eos: object) -> None:
@@ -82,6 +74,10 @@ def default_max_len(model: nn.Module, src_valid_lens: torch.Tensor) -> int:
 
     Returns:
         The number of tokens to generate at most.
+
+    Examples:
+        >>> default_max_len(nn.Identity(), torch.tensor([3, 7, 5]))
+        24
     """
     longest = int(src_valid_lens.max().item()) if src_valid_lens.numel() else 0
     limit = getattr(getattr(model, "config", None), "max_len", None)
@@ -89,7 +85,7 @@ def default_max_len(model: nn.Module, src_valid_lens: torch.Tensor) -> int:
     return min(budget, limit) if isinstance(limit, int) else budget
 
 
-def greedy_decode(model: nn.Module, src: torch.Tensor, src_valid_lens: torch.Tensor, max_len: int,
+def greedy_decode(model: Seq2SeqModel, src: torch.Tensor, src_valid_lens: torch.Tensor, max_len: int,
                   bos: int = 1, eos: int = 2, use_cache: bool = True) -> list[list[int]]:
     r"""Pick the most probable next token at every step, for a whole batch at once.
 
@@ -139,7 +135,7 @@ def _length_penalty(lengths: torch.Tensor, alpha: float, length_norm: str) -> to
     return lengths.clamp(min=1.0) ** alpha
 
 
-def beam_search(model: nn.Module, src: torch.Tensor, src_valid_lens: torch.Tensor, max_len: int,
+def beam_search(model: Seq2SeqModel, src: torch.Tensor, src_valid_lens: torch.Tensor, max_len: int,
                 bos: int = 1, eos: int = 2, beam_size: int = 4, length_penalty: float = 0.6,
                 length_norm: Literal["gnmt", "power"] = "gnmt") -> list[list[int]]:
     r"""Keep the ``beam_size`` best partial hypotheses of each sentence at every step.
@@ -210,7 +206,7 @@ def beam_search(model: nn.Module, src: torch.Tensor, src_valid_lens: torch.Tenso
     return _trim(best_seqs.tolist(), eos)
 
 
-def sequence_log_prob(model: nn.Module, src: torch.Tensor, src_valid_lens: torch.Tensor,
+def sequence_log_prob(model: Seq2SeqModel, src: torch.Tensor, src_valid_lens: torch.Tensor,
                       targets: Sequence[Sequence[int]], bos: int = 1) -> torch.Tensor:
     r"""Score given target sequences by teacher forcing: :math:`\sum_t \log P(y_t \mid y_{<t}, x)`.
 
@@ -243,6 +239,34 @@ def sequence_log_prob(model: nn.Module, src: torch.Tensor, src_valid_lens: torch
     return (token_logp * valid).sum(dim=1)
 
 
+def _check_decoding(decoding: object) -> None:
+    if decoding not in ("greedy", "beam"):
+        raise ValueError(f'decoding must be "greedy" or "beam", got {decoding!r}')
+
+
+def decode_batch(model: Seq2SeqModel, src: torch.Tensor, src_valid_lens: torch.Tensor,
+                 decoding: Literal["greedy", "beam"] = "greedy", *, max_len: int | None = None, bos: int = 1,
+                 eos: int = 2, beam_size: int = 4, length_penalty: float = 0.6) -> list[list[int]]:
+    """Decode a batch of sources with :func:`greedy_decode` or :func:`beam_search`.
+
+    Args:
+        model, src, src_valid_lens, bos, eos: as in :func:`greedy_decode`.
+        decoding: ``"greedy"`` or ``"beam"``.
+        max_len: tokens to generate at most; default :func:`default_max_len`.
+        beam_size, length_penalty: for beam search (GNMT normalisation).
+
+    Returns:
+        B lists of token ids, without ``<bos>`` and ``<eos>``.
+    """
+    _check_decoding(decoding)
+    src, src_valid_lens = _check_src(model, src, src_valid_lens)
+    budget = max_len if max_len is not None else default_max_len(model, src_valid_lens)
+    if decoding == "greedy":
+        return greedy_decode(model, src, src_valid_lens, budget, bos=bos, eos=eos)
+    return beam_search(model, src, src_valid_lens, budget, bos=bos, eos=eos, beam_size=beam_size,
+                       length_penalty=length_penalty)
+
+
 def _tokenize(sentence: str, tokenizer: str | Callable[[str], list[str]]) -> list[str]:
     if callable(tokenizer):
         return list(tokenizer(sentence))
@@ -260,7 +284,7 @@ def _detokenize(tokens: list[str], tokenizer: str | Callable[[str], list[str]],
     return "".join(tokens) if tokenizer == "char" else " ".join(tokens)
 
 
-def translate(model: nn.Module, sentences: Sequence[str], src_vocab, tgt_vocab,
+def translate(model: Seq2SeqModel, sentences: Sequence[str], src_vocab, tgt_vocab,
               tokenizer: str | Callable[[str], list[str]], *, decoding: Literal["greedy", "beam"] = "greedy",
               beam_size: int = 4, length_penalty: float = 0.6, max_len: int | None = None,
               batch_size: int = 64, detokenizer: Callable[[list[str]], str] | None = None) -> list[str]:
@@ -287,8 +311,7 @@ def translate(model: nn.Module, sentences: Sequence[str], src_vocab, tgt_vocab,
     """
     if isinstance(sentences, str):
         raise TypeError("sentences must be a list of str, got a single str (wrap it in a list)")
-    if decoding not in ("greedy", "beam"):
-        raise ValueError(f'decoding must be "greedy" or "beam", got {decoding!r}')
+    _check_decoding(decoding)
     if not (callable(tokenizer) or tokenizer in ("char", "word")):
         raise ValueError(f'tokenizer must be "char", "word" or a callable, got {tokenizer!r}')
     check_positive_int(batch_size, "batch_size")
@@ -299,20 +322,14 @@ def translate(model: nn.Module, sentences: Sequence[str], src_vocab, tgt_vocab,
 
     results = [""] * len(sentences)
     todo = [i for i, s in enumerate(sentences) if s.strip()]
-    device = _model_device(model)
     # A source longer than the model's positions is cut (keeping its <eos>) rather than failing.
     src_limit = getattr(getattr(model, "config", None), "max_len", None)
     for start in range(0, len(todo), batch_size):
         chunk = todo[start:start + batch_size]
         src, src_valid_lens = encode_sources([_tokenize(sentences[i], tokenizer) for i in chunk], src_vocab,
                                              max_len=src_limit if isinstance(src_limit, int) else None)
-        src, src_valid_lens = src.to(device), src_valid_lens.to(device)
-        budget = max_len if max_len is not None else default_max_len(model, src_valid_lens)
-        if decoding == "greedy":
-            out = greedy_decode(model, src, src_valid_lens, budget, bos=tgt_vocab.bos, eos=tgt_vocab.eos)
-        else:
-            out = beam_search(model, src, src_valid_lens, budget, bos=tgt_vocab.bos, eos=tgt_vocab.eos,
-                              beam_size=beam_size, length_penalty=length_penalty)
+        out = decode_batch(model, src, src_valid_lens, decoding, max_len=max_len, bos=tgt_vocab.bos,
+                           eos=tgt_vocab.eos, beam_size=beam_size, length_penalty=length_penalty)
         for i, ids in zip(chunk, out, strict=True):
             results[i] = _detokenize(tgt_vocab.decode(ids), tokenizer, detokenizer)
     return results

@@ -28,7 +28,15 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ._validation import check_ndim, check_positive_int, check_probability, check_tensor
+from ._validation import (
+    as_lengths,
+    check_ndim,
+    check_pad_id,
+    check_positive_int,
+    check_probability,
+    check_tensor,
+    check_tokens,
+)
 from .scoring import AdditiveAttention
 
 __all__ = [
@@ -67,13 +75,7 @@ class Seq2SeqRNNConfig:
         for name in ("src_vocab_size", "tgt_vocab_size", "embed_size", "num_hiddens", "num_layers"):
             check_positive_int(getattr(self, name), name)
         check_probability(self.dropout, "dropout")
-        if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int):
-            raise TypeError(f"pad_id must be an int, got {type(self.pad_id).__name__}")
-        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
-            raise ValueError(
-                f"pad_id must be a valid id in both vocabularies (sizes {self.src_vocab_size} and "
-                f"{self.tgt_vocab_size}), got {self.pad_id}"
-            )
+        check_pad_id(self.pad_id, self.src_vocab_size, self.tgt_vocab_size)
 
 
 @dataclass
@@ -215,35 +217,6 @@ class BahdanauDecoder(nn.Module):
         return torch.cat(self.attention_weights, dim=1) if self.attention_weights else None
 
 
-def _check_tokens(x: object, name: str, layout: str, vocab_size: int) -> torch.Tensor:
-    check_tensor(x, name)
-    check_ndim(x, name, 2, layout)
-    if x.dtype != torch.long:
-        raise TypeError(f"{name} must hold token ids as torch.long, got dtype {x.dtype}")
-    if x.numel() and bool(((x < 0) | (x >= vocab_size)).any()):
-        raise ValueError(
-            f"{name} holds ids outside [0, {vocab_size}): min {x.min().item()}, max {x.max().item()}"
-        )
-    return x
-
-
-def _check_lens(src: torch.Tensor, src_valid_lens: object) -> torch.Tensor:
-    check_tensor(src_valid_lens, "src_valid_lens")
-    if src_valid_lens.shape != (src.shape[0],):
-        raise ValueError(
-            f"src_valid_lens must have shape ({src.shape[0]},) for src of shape {tuple(src.shape)}, "
-            f"got {tuple(src_valid_lens.shape)}"
-        )
-    if src_valid_lens.is_floating_point() or src_valid_lens.dtype == torch.bool:
-        raise TypeError(f"src_valid_lens must be an integer tensor, got dtype {src_valid_lens.dtype}")
-    if src_valid_lens.numel() and bool(((src_valid_lens < 0) | (src_valid_lens > src.shape[1])).any()):
-        raise ValueError(
-            f"src_valid_lens must lie in [0, {src.shape[1]}] for src of shape {tuple(src.shape)}, "
-            f"got {src_valid_lens.tolist()}"
-        )
-    return src_valid_lens.long()
-
-
 class _RNNSeq2SeqBase(nn.Module):
     """The seq2seq protocol shared by both GRU models; subclasses choose the decoder."""
 
@@ -267,7 +240,7 @@ class _RNNSeq2SeqBase(nn.Module):
         Returns:
             (B, T, V) logits; row ``t`` predicts ``y_{t+1}`` (``<eos>`` after the last token).
         """
-        _check_tokens(tgt_in, "tgt_in", "(batch, T)", self.config.tgt_vocab_size)
+        check_tokens(tgt_in, "tgt_in", "(batch, T)", self.config.tgt_vocab_size)
         if isinstance(src, torch.Tensor) and src.dim() == 2 and tgt_in.shape[0] != src.shape[0]:
             raise ValueError(
                 f"src and tgt_in must have the same batch size, got shapes {tuple(src.shape)} and "
@@ -280,8 +253,9 @@ class _RNNSeq2SeqBase(nn.Module):
 
     def encode(self, src: torch.Tensor, src_valid_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode the source; returns the opaque memory ``(outputs (B, S, H), hidden (L, B, H))``."""
-        _check_tokens(src, "src", "(batch, S)", self.config.src_vocab_size)
-        src_valid_lens = _check_lens(src, src_valid_lens)
+        check_tokens(src, "src", "(batch, S)", self.config.src_vocab_size)
+        src_valid_lens = as_lengths(src_valid_lens, "src_valid_lens", max_len=src.shape[1], shape=(src.shape[0],),
+                                    what=f"src of shape {tuple(src.shape)}")
         return self.encoder(src, src_valid_lens)
 
     def init_decoder_state(self, memory: tuple[torch.Tensor, torch.Tensor],
@@ -290,8 +264,9 @@ class _RNNSeq2SeqBase(nn.Module):
         outputs, hidden = memory
         if isinstance(self.decoder, BahdanauDecoder):
             self.decoder.attention_weights = []
-        return RNNDecoderState(hidden=hidden, enc_outputs=outputs,
-                               src_valid_lens=src_valid_lens.to(outputs.device).long(), context=hidden[-1])
+        lens = as_lengths(src_valid_lens, "src_valid_lens", max_len=outputs.shape[1], shape=(outputs.shape[0],),
+                          what=f"encoder outputs of shape {tuple(outputs.shape)}", device=outputs.device)
+        return RNNDecoderState(hidden=hidden, enc_outputs=outputs, src_valid_lens=lens, context=hidden[-1])
 
     def decode_step(self, tokens: torch.Tensor, state: RNNDecoderState) -> tuple[torch.Tensor, RNNDecoderState]:
         """Feed one token per sequence and get the logits of the next one.
@@ -303,7 +278,7 @@ class _RNNSeq2SeqBase(nn.Module):
         Returns:
             logits (B, V) and the new state (the old one is left unchanged).
         """
-        _check_tokens(tokens, "tokens", "(batch, 1)", self.config.tgt_vocab_size)
+        check_tokens(tokens, "tokens", "(batch, 1)", self.config.tgt_vocab_size)
         if tokens.shape != (state.hidden.shape[1], 1):
             raise ValueError(
                 f"tokens must have shape ({state.hidden.shape[1]}, 1) (one token per sequence in the "

@@ -23,10 +23,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validation import check_floating, check_ndim, check_positive, check_positive_int, check_tensor
-from .decode import beam_search, default_max_len, greedy_decode
+from .decode import _check_decoding, decode_batch
 from .masking import lengths_to_mask
 from .metrics import corpus_bleu, detokenized_bleu, exact_match
-from .utils import set_seed, try_gpu
+from .seq2seq import Seq2SeqModel, check_seq2seq_model
+from .utils import global_state_preserved, model_device, set_seed, try_gpu
 
 __all__ = [
     "masked_cross_entropy",
@@ -179,7 +180,8 @@ def _check_budget(minutes: float | None, epochs: int | None) -> None:
         check_positive_int(epochs, "epochs")
 
 
-def train_seq2seq(model: nn.Module, data, *, minutes: float | None = None, epochs: int | None = None,
+@global_state_preserved()
+def train_seq2seq(model: Seq2SeqModel, data, *, minutes: float | None = None, epochs: int | None = None,
                   lr: float = 1e-3, batch_size: int = 64, warmup_steps: int = 0, clip: float | None = 1.0,
                   device: torch.device | str | None = None, seed: int = 0, progress: bool = True,
                   eval_every: int | None = None, amp: bool | str = True, compile: bool = False) -> TrainHistory:
@@ -211,7 +213,9 @@ def train_seq2seq(model: nn.Module, data, *, minutes: float | None = None, epoch
         warmup_steps: w, linear warm-up length then :math:`1/\sqrt s` decay; 0 keeps ``lr`` constant.
         clip: maximum global gradient norm; ``None`` or 0 disables clipping.
         device: default :func:`course_lib.try_gpu`.
-        seed: seeds everything through :func:`course_lib.set_seed` and the shuffling generator.
+        seed: seeds the run (as :func:`course_lib.set_seed`, and the shuffling generator); the caller's
+            random states, PyTorch's deterministic-algorithms flag and ``CUBLAS_WORKSPACE_CONFIG`` are
+            put back on return.
         progress: show a tqdm progress bar (on stderr).
         eval_every: measure the validation loss every this many steps; default once per epoch.
             The loss at the end of training is always measured (when there is a validation split).
@@ -225,6 +229,7 @@ def train_seq2seq(model: nn.Module, data, *, minutes: float | None = None, epoch
     """
     from tqdm import tqdm
 
+    check_seq2seq_model(model)
     _check_budget(minutes, epochs)
     check_positive(lr, "lr")
     check_positive_int(batch_size, "batch_size")
@@ -376,7 +381,7 @@ def _all_agree(stop: bool, world_size: int, device: torch.device) -> bool:
     return bool(flag.item())
 
 
-def evaluate_loss(model: nn.Module, data, split: str = "valid", batch_size: int = 256,
+def evaluate_loss(model: Seq2SeqModel, data, split: str = "valid", batch_size: int = 256,
                   device: torch.device | str | None = None) -> float:
     """Teacher-forcing loss on a whole split, averaged over its target tokens (dropout off).
 
@@ -390,8 +395,8 @@ def evaluate_loss(model: nn.Module, data, split: str = "valid", batch_size: int 
     Returns:
         The mean token loss (``nan`` for an empty split).
     """
-    _check_split(data, split)
-    device = torch.device(device) if device is not None else _model_device(model)
+    _check_split(split)
+    device = torch.device(device) if device is not None else model_device(model)
     was_training = model.training
     model.eval()
     total = torch.zeros((), device=device)
@@ -409,17 +414,12 @@ def evaluate_loss(model: nn.Module, data, split: str = "valid", batch_size: int 
     return float(total) / n_tokens if n_tokens else float("nan")
 
 
-def _model_device(model: nn.Module) -> torch.device:
-    param = next(model.parameters(), None)
-    return param.device if param is not None else torch.device("cpu")
-
-
-def _check_split(data, split: str) -> None:
+def _check_split(split: str) -> None:
     if split not in ("train", "valid", "test"):
         raise ValueError(f'split must be "train", "valid" or "test", got {split!r}')
 
 
-def predict_split(model: nn.Module, data, split: str = "test", decoding: Literal["greedy", "beam"] = "greedy",
+def predict_split(model: Seq2SeqModel, data, split: str = "test", decoding: Literal["greedy", "beam"] = "greedy",
                   max_len: int | None = None, beam_size: int = 4, batch_size: int = 256,
                   limit: int | None = None) -> list[tuple[list[str], list[str], list[list[str]]]]:
     """Decode every distinct source sentence of a split.
@@ -437,31 +437,26 @@ def predict_split(model: nn.Module, data, split: str = "test", decoding: Literal
     Returns:
         One ``(source tokens, predicted tokens, every reference's tokens)`` triple per source.
     """
-    _check_split(data, split)
-    if decoding not in ("greedy", "beam"):
-        raise ValueError(f'decoding must be "greedy" or "beam", got {decoding!r}')
+    _check_split(split)
+    _check_decoding(decoding)
     if limit is not None:
         check_positive_int(limit, "limit")
     items = list(data.references[split].items())[:limit]
-    device = _model_device(model)
+    device = model_device(model)
     tgt_vocab = data.tgt_vocab
     out = []
     for start in range(0, len(items), batch_size):
         chunk = items[start:start + batch_size]
         src, src_valid_lens = data.encode_sources([list(s) for s, _ in chunk])
         src, src_valid_lens = src.to(device), src_valid_lens.to(device)
-        budget = max_len if max_len is not None else default_max_len(model, src_valid_lens)
-        if decoding == "greedy":
-            ids = greedy_decode(model, src, src_valid_lens, budget, bos=tgt_vocab.bos, eos=tgt_vocab.eos)
-        else:
-            ids = beam_search(model, src, src_valid_lens, budget, bos=tgt_vocab.bos, eos=tgt_vocab.eos,
-                              beam_size=beam_size)
+        ids = decode_batch(model, src, src_valid_lens, decoding, max_len=max_len, bos=tgt_vocab.bos,
+                           eos=tgt_vocab.eos, beam_size=beam_size)
         for (source, refs), pred in zip(chunk, ids, strict=True):
             out.append((list(source), tgt_vocab.decode(pred), [list(r) for r in refs]))
     return out
 
 
-def evaluate(model: nn.Module, data, split: str = "test", decoding: Literal["greedy", "beam"] = "greedy",
+def evaluate(model: Seq2SeqModel, data, split: str = "test", decoding: Literal["greedy", "beam"] = "greedy",
              max_len: int | None = None, beam_size: int = 4, batch_size: int = 256,
              limit: int | None = None) -> dict[str, float]:
     """Exact match and corpus BLEU of the model's translations of a split.

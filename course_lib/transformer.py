@@ -35,7 +35,17 @@ from typing import Literal
 import torch
 from torch import nn
 
-from ._validation import check_floating, check_ndim, check_positive_int, check_probability, check_tensor
+from ._validation import (
+    as_lengths,
+    check_bool,
+    check_floating,
+    check_ndim,
+    check_pad_id,
+    check_positive_int,
+    check_probability,
+    check_tensor,
+    check_tokens,
+)
 from .masking import lengths_to_mask
 from .multihead import KVCache, MultiHeadAttention
 from .positional import LearnedPositionalEmbedding, PositionalEncoding
@@ -107,8 +117,7 @@ class AddNorm(nn.Module):
         super().__init__()
         check_positive_int(num_hiddens, "num_hiddens")
         check_probability(dropout, "dropout")
-        if not isinstance(norm_first, bool):
-            raise TypeError(f"norm_first must be a bool, got {type(norm_first).__name__}")
+        check_bool(norm_first, "norm_first")
         self.norm_first = norm_first
         self.dropout = nn.Dropout(dropout)
         self.ln = nn.LayerNorm(num_hiddens)
@@ -220,34 +229,13 @@ def _check_stack_args(vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, n
     check_probability(dropout, "dropout")
     if num_hiddens % num_heads:
         raise ValueError(f"num_hiddens ({num_hiddens}) must be divisible by num_heads ({num_heads})")
-    if isinstance(pad_id, bool) or not isinstance(pad_id, int) or not 0 <= pad_id < vocab_size:
-        raise ValueError(f"pad_id must be an id in [0, {vocab_size}), got {pad_id!r}")
+    check_pad_id(pad_id, vocab_size)
 
 
-def _check_tokens(x: object, name: str, layout: str, vocab_size: int) -> torch.Tensor:
-    check_tensor(x, name)
-    check_ndim(x, name, 2, layout)
-    if x.dtype != torch.long:
-        raise TypeError(f"{name} must hold token ids as torch.long, got dtype {x.dtype}")
-    # nn.Embedding reports an out-of-range id as an opaque IndexError (or a device assert on CUDA).
-    if x.numel() and bool(((x < 0) | (x >= vocab_size)).any()):
-        raise ValueError(f"{name} holds ids outside [0, {vocab_size}): min {x.min().item()}, max {x.max().item()}")
-    return x
-
-
-def _check_lens(src: torch.Tensor, src_valid_lens: object, name: str = "src_valid_lens",
-                what: str = "src") -> torch.Tensor:
-    """Validate ``name``: (batch,) integer lengths in [0, T] for ``what`` of shape (batch, T, ...)."""
-    check_tensor(src_valid_lens, name)
-    if src_valid_lens.shape != (src.shape[0],):
-        raise ValueError(f"{name} must have shape ({src.shape[0]},) for {what} of shape {tuple(src.shape)}, "
-                         f"got {tuple(src_valid_lens.shape)}")
-    if src_valid_lens.is_floating_point() or src_valid_lens.dtype == torch.bool:
-        raise TypeError(f"{name} must be an integer tensor, got dtype {src_valid_lens.dtype}")
-    if src_valid_lens.numel() and bool(((src_valid_lens < 0) | (src_valid_lens > src.shape[1])).any()):
-        raise ValueError(f"{name} must lie in [0, {src.shape[1]}] for {what} of shape {tuple(src.shape)}, "
-                         f"got {src_valid_lens.tolist()}")
-    return src_valid_lens.to(src.device, torch.long)
+def _src_lens(src_valid_lens: object, x: torch.Tensor, what: str) -> torch.Tensor:
+    """Validate (B,) source lengths for ``x`` of shape (B, S, ...) named ``what``; int64 on ``x``'s device."""
+    return as_lengths(src_valid_lens, "src_valid_lens", max_len=x.shape[1], shape=(x.shape[0],),
+                      what=f"{what} of shape {tuple(x.shape)}", device=x.device)
 
 
 def _check_memory(memory: object, tokens: torch.Tensor, num_hiddens: int) -> None:
@@ -263,7 +251,26 @@ def _key_mask(valid_lens: torch.Tensor, n_keys: int) -> torch.Tensor:
     return lengths_to_mask(valid_lens, n_keys)[:, None, None, :]
 
 
-class TransformerEncoder(nn.Module):
+class _Stack(nn.Module):
+    """What the encoder and the decoder share: the embedder, ``num_layers`` blocks and the final norm."""
+
+    block_class: type[nn.Module]
+
+    def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_layers: int,
+                 dropout: float = 0.0, max_len: int = 1000, norm_first: bool = False,
+                 positional: Literal["sinusoidal", "learned"] = "sinusoidal", pad_id: int = 0) -> None:
+        super().__init__()
+        _check_stack_args(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers, dropout, max_len, pad_id)
+        self.num_hiddens = num_hiddens
+        self.vocab_size = vocab_size
+        self.embed = _Embedder(vocab_size, num_hiddens, dropout, max_len, positional, pad_id)
+        self.blocks = nn.ModuleList(
+            self.block_class(num_hiddens, ffn_num_hiddens, num_heads, dropout, norm_first) for _ in range(num_layers)
+        )
+        self.norm = nn.LayerNorm(num_hiddens) if norm_first else nn.Identity()
+
+
+class TransformerEncoder(_Stack):
     """Token embedding (scaled by sqrt(d)) + positional encoding, then ``num_layers`` encoder blocks.
 
     Args:
@@ -275,32 +282,21 @@ class TransformerEncoder(nn.Module):
         pad_id: id of ``<pad>``.
     """
 
-    def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_layers: int,
-                 dropout: float = 0.0, max_len: int = 1000, norm_first: bool = False,
-                 positional: Literal["sinusoidal", "learned"] = "sinusoidal", pad_id: int = 0) -> None:
-        super().__init__()
-        _check_stack_args(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers, dropout, max_len, pad_id)
-        self.num_hiddens = num_hiddens
-        self.vocab_size = vocab_size
-        self.embed = _Embedder(vocab_size, num_hiddens, dropout, max_len, positional, pad_id)
-        self.blocks = nn.ModuleList(
-            TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, norm_first)
-            for _ in range(num_layers)
-        )
-        self.norm = nn.LayerNorm(num_hiddens) if norm_first else nn.Identity()
+    block_class = TransformerEncoderBlock
 
-    def forward(self, src: torch.Tensor, valid_lens: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, src: torch.Tensor, src_valid_lens: torch.Tensor | None = None) -> torch.Tensor:
         """Encode the source.
 
         Args:
             src: (B, S) token ids.
-            valid_lens: optional (B,) source lengths (positions ``>= valid_lens`` are padding).
+            src_valid_lens: optional (B,) source lengths, a tensor or a list (positions
+                ``>= src_valid_lens`` are padding).
 
         Returns:
             (B, S, d) the memory the decoder attends to.
         """
-        _check_tokens(src, "src", "(batch, S)", self.vocab_size)
-        mask = None if valid_lens is None else _key_mask(_check_lens(src, valid_lens), src.shape[1])
+        check_tokens(src, "src", "(batch, S)", self.vocab_size)
+        mask = None if src_valid_lens is None else _key_mask(_src_lens(src_valid_lens, src, "src"), src.shape[1])
         X = self.embed(src)
         for block in self.blocks:
             X = block(X, mask=mask)
@@ -329,48 +325,48 @@ class TransformerDecoderBlock(nn.Module):
         self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, dropout)
         self.addnorm3 = AddNorm(num_hiddens, dropout, norm_first)
 
-    def forward(self, X: torch.Tensor, memory: torch.Tensor, memory_valid_lens: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, X: torch.Tensor, memory: torch.Tensor, src_valid_lens: torch.Tensor | None = None,
+                src_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Decode one layer for all target positions at once (teacher forcing).
 
         Args:
             X: (B, T, d) the previous layer's output.
             memory: (B, S, d) the encoder output (keys and values of the cross-attention).
-            memory_valid_lens: optional (B,) source lengths (padded source positions are ignored).
-            memory_mask: optional bool key mask broadcastable to (B, h, T, S), ``True`` = attend.
+            src_valid_lens: optional (B,) source lengths (padded source positions are ignored).
+            src_mask: optional bool key mask broadcastable to (B, h, T, S), ``True`` = attend.
 
         Returns:
             (B, T, d); position ``t`` depends on ``X[:, :t + 1]`` only (look-ahead mask).
         """
         Z = self.addnorm1.pre_norm(X)
         X = self.addnorm1(X, self.self_attention(Z, Z, Z, causal=True))
-        return self._cross_and_ffn(X, memory, memory_valid_lens, memory_mask, None)
+        return self._cross_and_ffn(X, memory, src_valid_lens, src_mask, None)
 
     def step(self, X: torch.Tensor, self_cache: KVCache, cross_cache: _StaticKVCache,
-             memory_valid_lens: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+             src_valid_lens: torch.Tensor | None = None, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Decode the new position(s) only, attending to the cached earlier ones (incremental decoding).
 
         Args:
             X: (B, T_new, d) the previous layer's output at the new positions.
             self_cache: this block's self-attention cache; the new keys/values are appended to it.
             cross_cache: the projected memory from :meth:`project_memory`.
-            memory_valid_lens, memory_mask: as in :meth:`forward`.
+            src_valid_lens, src_mask: as in :meth:`forward`.
 
         Returns:
             (B, T_new, d), equal to the rows of :meth:`forward` at the new positions.
         """
         Z = self.addnorm1.pre_norm(X)
         X = self.addnorm1(X, self.self_attention(Z, Z, Z, causal=True, kv_cache=self_cache))
-        return self._cross_and_ffn(X, None, memory_valid_lens, memory_mask, cross_cache)
+        return self._cross_and_ffn(X, None, src_valid_lens, src_mask, cross_cache)
 
-    def _cross_and_ffn(self, X: torch.Tensor, memory: torch.Tensor | None, memory_valid_lens: torch.Tensor | None,
-                       memory_mask: torch.Tensor | None, cross_cache: _StaticKVCache | None) -> torch.Tensor:
+    def _cross_and_ffn(self, X: torch.Tensor, memory: torch.Tensor | None, src_valid_lens: torch.Tensor | None,
+                       src_mask: torch.Tensor | None, cross_cache: _StaticKVCache | None) -> torch.Tensor:
         Z = self.addnorm2.pre_norm(X)
         if cross_cache is not None:
             # No new keys: the cache already holds the projected memory (see _StaticKVCache).
             memory = Z.new_empty(Z.shape[0], 0, Z.shape[2])
-        X = self.addnorm2(X, self.cross_attention(Z, memory, memory, valid_lens=memory_valid_lens,
-                                                  mask=memory_mask, kv_cache=cross_cache))
+        X = self.addnorm2(X, self.cross_attention(Z, memory, memory, valid_lens=src_valid_lens,
+                                                  mask=src_mask, kv_cache=cross_cache))
         return self.addnorm3(X, self.ffn(self.addnorm3.pre_norm(X)))
 
     def project_memory(self, memory: torch.Tensor) -> _StaticKVCache:
@@ -433,32 +429,32 @@ class TransformerDecoderState:
             values (B, h, t, d_h) of the ``t`` tokens fed so far.
         cross_caches: one fixed cache per block: the cross-attention keys and values (B, h, S, d_h),
             projected once from the encoder output.
-        memory_mask: (B, 1, 1, S) bool, ``True`` at real source positions.
+        src_mask: (B, 1, 1, S) bool, ``True`` at real source positions.
         offset: t, the number of tokens fed so far (the position of the next one).
     """
 
     self_caches: list[KVCache]
     cross_caches: list[KVCache]
-    memory_mask: torch.Tensor
+    src_mask: torch.Tensor
     offset: int = 0
 
     @property
     def batch_size(self) -> int:
-        return self.memory_mask.shape[0]
+        return self.src_mask.shape[0]
 
     def next_step(self) -> TransformerDecoderState:
         """A copy whose caches can grow without touching this state's caches."""
         return TransformerDecoderState([_copy_cache(c) for c in self.self_caches], self.cross_caches,
-                                       self.memory_mask, self.offset)
+                                       self.src_mask, self.offset)
 
     def index_select(self, index: torch.Tensor) -> TransformerDecoderState:
         """Keep (and reorder, or repeat) the batch rows in ``index`` (B',)."""
         return TransformerDecoderState([_copy_cache(c, index) for c in self.self_caches],
                                        [_copy_cache(c, index) for c in self.cross_caches],
-                                       self.memory_mask.index_select(0, index), self.offset)
+                                       self.src_mask.index_select(0, index), self.offset)
 
 
-class TransformerDecoder(nn.Module):
+class TransformerDecoder(_Stack):
     """Token embedding + positional encoding, ``num_layers`` decoder blocks, and a linear layer to the vocabulary.
 
     Args:
@@ -470,51 +466,44 @@ class TransformerDecoder(nn.Module):
         pad_id: id of ``<pad>``.
     """
 
+    block_class = TransformerDecoderBlock
+
     def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_layers: int,
                  dropout: float = 0.0, max_len: int = 1000, norm_first: bool = False,
                  positional: Literal["sinusoidal", "learned"] = "sinusoidal", pad_id: int = 0) -> None:
-        super().__init__()
-        _check_stack_args(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers, dropout, max_len, pad_id)
-        self.num_hiddens = num_hiddens
-        self.vocab_size = vocab_size
-        self.embed = _Embedder(vocab_size, num_hiddens, dropout, max_len, positional, pad_id)
-        self.blocks = nn.ModuleList(
-            TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, norm_first)
-            for _ in range(num_layers)
-        )
-        self.norm = nn.LayerNorm(num_hiddens) if norm_first else nn.Identity()
+        super().__init__(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers, dropout, max_len,
+                         norm_first, positional, pad_id)
         # No weight tying: source and target vocabularies differ in general.
         self.dense = nn.Linear(num_hiddens, vocab_size)
 
     def forward(self, tgt_in: torch.Tensor, memory: torch.Tensor,
-                memory_valid_lens: torch.Tensor | None = None) -> torch.Tensor:
+                src_valid_lens: torch.Tensor | None = None) -> torch.Tensor:
         """Teacher forcing: the logits at every target position.
 
         Args:
             tgt_in: (B, T) decoder inputs ``<bos> y_1 ... y_{T-1}``.
             memory: (B, S, d) encoder output.
-            memory_valid_lens: optional (B,) source lengths.
+            src_valid_lens: optional (B,) source lengths.
 
         Returns:
             (B, T, V) logits; row ``t`` depends on ``tgt_in[:, :t + 1]`` only.
         """
-        _check_tokens(tgt_in, "tgt_in", "(batch, T)", self.vocab_size)
+        check_tokens(tgt_in, "tgt_in", "(batch, T)", self.vocab_size)
         _check_memory(memory, tgt_in, self.num_hiddens)
         mask = None
-        if memory_valid_lens is not None:
-            lens = _check_lens(memory[..., 0], memory_valid_lens, "memory_valid_lens", "memory")
-            mask = _key_mask(lens, memory.shape[1])
+        if src_valid_lens is not None:
+            mask = _key_mask(_src_lens(src_valid_lens, memory, "memory"), memory.shape[1])
         X = self.embed(tgt_in)
         for block in self.blocks:
-            X = block(X, memory, memory_mask=mask)
+            X = block(X, memory, src_mask=mask)
         return self.dense(self.norm(X))
 
-    def init_state(self, memory: torch.Tensor, memory_valid_lens: torch.Tensor) -> TransformerDecoderState:
+    def init_state(self, memory: torch.Tensor, src_valid_lens: torch.Tensor) -> TransformerDecoderState:
         """Empty self-attention caches and the cross-attention keys/values projected once per block."""
         return TransformerDecoderState(
             self_caches=[KVCache() for _ in self.blocks],
             cross_caches=[block.project_memory(memory) for block in self.blocks],
-            memory_mask=_key_mask(memory_valid_lens.to(memory.device), memory.shape[1]),
+            src_mask=_key_mask(src_valid_lens.to(memory.device), memory.shape[1]),
         )
 
     def step(self, tokens: torch.Tensor,
@@ -531,7 +520,7 @@ class TransformerDecoder(nn.Module):
         state = state.next_step()
         X = self.embed(tokens, state.offset)
         for block, self_cache, cross_cache in zip(self.blocks, state.self_caches, state.cross_caches, strict=True):
-            X = block.step(X, self_cache, cross_cache, memory_mask=state.memory_mask)
+            X = block.step(X, self_cache, cross_cache, src_mask=state.src_mask)
         state.offset += tokens.shape[1]
         return self.dense(self.norm(X)), state
 
@@ -580,17 +569,10 @@ class TransformerConfig:
                 f"gets num_hiddens / num_heads features"
             )
         check_probability(self.dropout, "dropout")
-        if not isinstance(self.norm_first, bool):
-            raise TypeError(f"norm_first must be a bool, got {type(self.norm_first).__name__}")
+        check_bool(self.norm_first, "norm_first")
         if self.positional not in ("sinusoidal", "learned"):
             raise ValueError(f'positional must be "sinusoidal" or "learned", got {self.positional!r}')
-        if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int):
-            raise TypeError(f"pad_id must be an int, got {type(self.pad_id).__name__}")
-        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
-            raise ValueError(
-                f"pad_id must be a valid id in both vocabularies (sizes {self.src_vocab_size} and "
-                f"{self.tgt_vocab_size}), got {self.pad_id}"
-            )
+        check_pad_id(self.pad_id, self.src_vocab_size, self.tgt_vocab_size)
 
 
 class Transformer(nn.Module):
@@ -629,7 +611,7 @@ class Transformer(nn.Module):
         Returns:
             (B, T, V) logits; row ``t`` predicts ``y_{t+1}`` and depends on ``tgt_in[:, :t + 1]`` only.
         """
-        _check_tokens(tgt_in, "tgt_in", "(batch, T)", self.config.tgt_vocab_size)
+        check_tokens(tgt_in, "tgt_in", "(batch, T)", self.config.tgt_vocab_size)
         check_tensor(src, "src")
         if src.dim() == 2 and tgt_in.shape[0] != src.shape[0]:
             raise ValueError(f"src and tgt_in must have the same batch size, got shapes {tuple(src.shape)} and "
@@ -643,7 +625,6 @@ class Transformer(nn.Module):
         check_tensor(src, "src")
         if src.dim() == 2:
             self._check_length(src.shape[1], "src")
-        check_tensor(src_valid_lens, "src_valid_lens")
         return self.encoder(src, src_valid_lens)
 
     def init_decoder_state(self, memory: torch.Tensor, src_valid_lens: torch.Tensor) -> TransformerDecoderState:
@@ -657,7 +638,7 @@ class Transformer(nn.Module):
         check_ndim(memory, "memory", 3, "(batch, S, num_hiddens)")
         if memory.shape[2] != self.config.num_hiddens:
             raise ValueError(f"memory must have shape (batch, S, {self.config.num_hiddens}), got {tuple(memory.shape)}")
-        return self.decoder.init_state(memory, _check_lens(memory[..., 0], src_valid_lens))
+        return self.decoder.init_state(memory, _src_lens(src_valid_lens, memory, "memory"))
 
     def decode_step(self, tokens: torch.Tensor,
                     state: TransformerDecoderState) -> tuple[torch.Tensor, TransformerDecoderState]:
@@ -670,7 +651,7 @@ class Transformer(nn.Module):
         Returns:
             logits (B, V), equal to the last row of ``forward`` on the whole prefix, and the new state.
         """
-        _check_tokens(tokens, "tokens", "(batch, 1)", self.config.tgt_vocab_size)
+        check_tokens(tokens, "tokens", "(batch, 1)", self.config.tgt_vocab_size)
         if not isinstance(state, TransformerDecoderState):
             raise TypeError(f"state must be a TransformerDecoderState, got {type(state).__name__}")
         if tokens.shape != (state.batch_size, 1):
@@ -695,7 +676,7 @@ class Transformer(nn.Module):
         if index.numel() and (int(index.min()) < 0 or int(index.max()) >= B):
             raise ValueError(f"index must lie in [0, {B}) for a state of batch {B}, got values in "
                              f"[{int(index.min())}, {int(index.max())}]")
-        return state.index_select(index.to(state.memory_mask.device, torch.long))
+        return state.index_select(index.to(state.src_mask.device, torch.long))
 
     def _check_length(self, length: int, what: str) -> None:
         if length > self.config.max_len:

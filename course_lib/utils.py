@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -12,13 +14,21 @@ from ._validation import check_int, check_non_negative_int
 
 
 def try_gpu(i: int = 0) -> torch.device:
-    """Return ``cuda:i`` when that GPU exists, else the CPU.
+    """The fastest device there is: ``cuda:i`` when that GPU exists, else Apple's ``mps``, else the CPU.
 
-    Notebooks call this once, so the same code runs on a laptop, in Colab and on a GPU machine.
+    Notebooks call this once, so the same code runs on a laptop (Apple silicon too), in Colab and on
+    a GPU machine. ``mps`` has a single device: it is picked only for ``i == 0``.
+
+    Examples:
+        >>> try_gpu().type in ("cuda", "mps", "cpu")
+        True
     """
     i = check_non_negative_int(i, "i")
     if torch.cuda.is_available() and torch.cuda.device_count() > i:
         return torch.device(f"cuda:{i}")
+    mps = getattr(torch.backends, "mps", None)
+    if i == 0 and mps is not None and mps.is_available():
+        return torch.device("mps")
     return torch.device("cpu")
 
 
@@ -50,6 +60,60 @@ def set_seed(seed: int = 0, deterministic: bool = True) -> torch.Generator:
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
     return torch.Generator().manual_seed(seed)
+
+
+@contextlib.contextmanager
+def global_state_preserved() -> Iterator[None]:
+    """Put back, on exit, every global setting :func:`set_seed` changes.
+
+    The random states (Python, NumPy, PyTorch on the CPU and initialised CUDA devices), the
+    deterministic-algorithms flag and ``CUBLAS_WORKSPACE_CONFIG``. Also a decorator: library functions
+    that seed (:func:`course_lib.train_seq2seq`) wear it, so they leave the caller's state as it was.
+    """
+    py_state, np_state = random.getstate(), np.random.get_state()
+    flags = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+        torch.use_deterministic_algorithms(flags[0], warn_only=flags[1])
+        if cublas is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = cublas
+
+
+@contextlib.contextmanager
+def seeded(seed: int = 0, deterministic: bool = True) -> Iterator[torch.Generator]:
+    """Run a block as after :func:`set_seed`, then put every global setting it touched back.
+
+    Args:
+        seed, deterministic: as in :func:`set_seed`.
+
+    Yields:
+        The generator :func:`set_seed` returns.
+
+    Examples:
+        >>> before = torch.are_deterministic_algorithms_enabled()
+        >>> with seeded(3):
+        ...     a = torch.rand(2)
+        >>> with seeded(3):
+        ...     b = torch.rand(2)
+        >>> torch.equal(a, b), torch.are_deterministic_algorithms_enabled() == before
+        (True, True)
+    """
+    with global_state_preserved():
+        yield set_seed(seed, deterministic)
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of ``model``'s first parameter (the CPU for a model without parameters)."""
+    param = next(model.parameters(), None)
+    return param.device if param is not None else torch.device("cpu")
 
 
 def num_parameters(module: torch.nn.Module, trainable_only: bool = True) -> int:

@@ -157,3 +157,39 @@ def test_save_rejects_what_it_cannot_store(tmp_path):
     with pytest.raises(TypeError, match="cannot checkpoint a Linear"):
         save_checkpoint(tmp_path / "m.pt", torch.nn.Linear(2, 2), src, tgt)
     assert not (tmp_path / "m.pt").exists()
+
+
+def _off_default(config_class, **sizes):
+    """A config whose every field differs from its default (checked), so a field a checkpoint drops shows."""
+    import dataclasses
+
+    config = config_class(**sizes)
+    for f in dataclasses.fields(config_class):
+        if f.default is not dataclasses.MISSING:
+            assert getattr(config, f.name) != f.default, f.name
+    return config
+
+
+OFF_DEFAULT = {
+    "transformer": lambda n_src, n_tgt: transformer.Transformer(_off_default(
+        transformer.TransformerConfig, src_vocab_size=n_src, tgt_vocab_size=n_tgt, num_hiddens=12,
+        ffn_num_hiddens=20, num_heads=3, num_enc_layers=1, num_dec_layers=3, dropout=0.3, max_len=40,
+        norm_first=True, positional="learned", pad_id=3)),
+    "bahdanau": lambda n_src, n_tgt: BahdanauSeq2Seq(_off_default(
+        Seq2SeqRNNConfig, src_vocab_size=n_src, tgt_vocab_size=n_tgt, embed_size=5, num_hiddens=7, num_layers=3,
+        dropout=0.3, pad_id=3)),
+}
+
+
+@pytest.mark.parametrize("name", OFF_DEFAULT)
+def test_round_trip_keeps_every_config_field_off_its_default(tmp_path, name):
+    src_vocab, tgt_vocab = _vocabs()
+    torch.manual_seed(0)
+    model = OFF_DEFAULT[name](len(src_vocab), len(tgt_vocab))
+    path = save_checkpoint(tmp_path / "m.pt", model, src_vocab, tgt_vocab)
+    loaded, _, _, _ = load_checkpoint(path, device="cpu")
+    assert loaded.config == model.config
+    for (k, v), (k2, v2) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
+        assert k == k2 and torch.equal(v, v2)
+    dropouts = {m.p for m in loaded.modules() if isinstance(m, torch.nn.Dropout)}
+    assert dropouts <= {0.3}

@@ -312,3 +312,98 @@ def test_translate_rejects_bad_arguments():
         translate(model, ["ab"], vocab, vocab, "bpe")
     with pytest.raises(TypeError, match=r"sentences\[1\]"):
         translate(model, ["ab", 3], vocab, vocab, "char")
+
+
+# --- a narrow beam against an independent beam search --------------------------------------------
+
+
+def _reference_beam(model, src, lens, V, max_len, beam_size, alpha, norm, prune_normalised=True):
+    """Beam search on one sentence, written with Python lists, independently of course_lib.decode.
+
+    A hypothesis is (tokens, log-probability, finished). At every step each live hypothesis is
+    extended by every token; a finished one is carried over unchanged. The ``beam_size`` best
+    candidates by the length-normalised score survive (``prune_normalised=False``: by the raw score,
+    the normalisation applied only at the final pick, the bug this guards against).
+    """
+
+    def penalty(n):
+        return ((5 + n) / 6) ** alpha if norm == "gnmt" else max(n, 1) ** alpha
+
+    def normalised(h):
+        return h[1] / penalty(len(h[0]))
+
+    beams = [([], 0.0, False)]
+    for _ in range(max_len):
+        candidates = []
+        for tokens, score, done in beams:
+            if done:
+                candidates.append((tokens, score, True))
+                continue
+            tgt_in = torch.tensor([[BOS] + tokens])
+            with torch.no_grad():
+                logp = F.log_softmax(model(src, lens, tgt_in)[0, -1], dim=-1)
+            candidates += [(tokens + [v], score + float(logp[v]), v == EOS) for v in range(V)]
+        key = normalised if prune_normalised else (lambda h: h[1])
+        beams = sorted(candidates, key=key, reverse=True)[:beam_size]
+        if all(done for _, _, done in beams):
+            break
+    best = max(beams, key=normalised)[0]
+    return best[:-1] if best and best[-1] == EOS else best
+
+
+NARROW = [(2, 1.0, "power"), (2, 2.0, "gnmt"), (3, 1.0, "power"), (3, 3.0, "gnmt")]
+
+
+def _narrow_beam_cases():
+    # 5 tokens and 5 steps: a beam of 2 or 3 prunes a lot, and where it prunes decides which
+    # hypothesis wins (seed and scale chosen so that it does in every case; see the next test).
+    model = _table_model(seed=7, n_src=8, V=5, T=7, scale=1.0)
+    src = torch.arange(8)[:, None].expand(8, 2).contiguous()
+    return model, src, torch.full((8,), 2)
+
+
+@pytest.mark.parametrize("beam_size, alpha, norm", NARROW)
+def test_narrow_beam_equals_a_reference_beam_that_prunes_by_the_normalised_score(beam_size, alpha, norm):
+    model, src, lens = _narrow_beam_cases()
+    found = beam_search(model, src, lens, max_len=5, beam_size=beam_size, length_penalty=alpha, length_norm=norm)
+    expected = [_reference_beam(model, src[b : b + 1], lens[b : b + 1], 5, 5, beam_size, alpha, norm)
+                for b in range(len(src))]
+    assert found == expected
+
+
+def test_pruning_by_the_normalised_score_matters_on_the_narrow_beam_cases():
+    # Guards the test above: on these cases, pruning by the raw score gives other answers.
+    model, src, lens = _narrow_beam_cases()
+    for beam_size, alpha, norm in NARROW:
+        differ = 0
+        for b in range(len(src)):
+            args = (model, src[b : b + 1], lens[b : b + 1], 5, 5, beam_size, alpha, norm)
+            differ += _reference_beam(*args) != _reference_beam(*args, prune_normalised=False)
+        assert differ >= 1, (beam_size, alpha, norm)
+
+
+# --- the decoding budget and over-long sources ---------------------------------------------------
+
+
+def test_default_max_len_is_twice_the_longest_source_plus_ten_capped_by_the_model():
+    from course_lib.decode import default_max_len
+
+    lens = torch.tensor([3, 7, 5])
+    assert default_max_len(nn.Linear(1, 1), lens) == 2 * 7 + 10
+    assert default_max_len(_transformer(), lens) == 24  # config.max_len = 64 does not bind
+    small = transformer.Transformer(transformer.TransformerConfig(9, 7, num_hiddens=8, ffn_num_hiddens=8,
+                                                                  num_heads=2, max_len=20))
+    assert default_max_len(small, lens) == 20
+    assert default_max_len(nn.Linear(1, 1), torch.zeros(0, dtype=torch.long)) == 10
+
+
+def test_translate_cuts_a_source_longer_than_the_model_covers():
+    vocab = Vocab.build([list("abcdefgh")])
+    torch.manual_seed(0)
+    config = transformer.TransformerConfig(len(vocab), len(vocab), num_hiddens=8, ffn_num_hiddens=16, num_heads=2,
+                                           num_enc_layers=1, num_dec_layers=1, dropout=0.0, max_len=6)
+    model = transformer.Transformer(config).eval()
+    long_sentence = "abcdefghabcdefgh"  # 16 characters + <eos> > max_len = 6
+    # Cut to max_len - 1 = 5 characters and its <eos>: the same as translating the first 5 characters.
+    assert translate(model, [long_sentence], vocab, vocab, "char", max_len=4) == translate(
+        model, [long_sentence[:5]], vocab, vocab, "char", max_len=4)

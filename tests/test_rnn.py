@@ -190,7 +190,7 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="src_valid_lens must lie in"):
         model(src, lens + 10, tgt_in)
     with pytest.raises(TypeError, match="src_valid_lens must be an integer tensor"):
-        model(src, lens.float(), tgt_in)
+        model(src, lens.float() + 0.5, tgt_in)
     with pytest.raises(ValueError, match="outside"):
         model(src + SRC_V, lens, tgt_in)
     with pytest.raises(ValueError, match="same batch size"):

@@ -1,6 +1,7 @@
 """Training loop, masked loss, warm-up schedule and evaluation, on a toy reversal task."""
 
 import math
+import os
 import random
 
 import matplotlib
@@ -177,6 +178,81 @@ def test_eval_every_measures_validation_loss_on_schedule():
     data = reverse_data(n_train=80)
     history = train_seq2seq(_model(data), data, epochs=1, batch_size=8, eval_every=3, device="cpu", progress=False)
     assert history.valid_steps == [3, 6, 9, 10]
+
+
+def test_training_leaves_no_global_setting_changed(monkeypatch):
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "")
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+    torch.use_deterministic_algorithms(False)
+    data = reverse_data(n_train=16, n_valid=4)
+    state = torch.random.get_rng_state()
+    train_seq2seq(_model(data), data, epochs=1, batch_size=8, device="cpu", progress=False)
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
+def test_train_rejects_a_model_without_the_seq2seq_methods():
+    data = reverse_data(n_train=8)
+    with pytest.raises(TypeError, match="Linear lacks encode, init_decoder_state, decode_step, reorder_state"):
+        train_seq2seq(nn.Linear(2, 2), data, epochs=1, progress=False)
+
+
+class _RecordingData:
+    """Wraps a data set and records the number of target tokens of every training batch it yields."""
+
+    def __init__(self, data):
+        self.data, self.tokens = data, []
+
+    def __getattr__(self, name):
+        return getattr(self.data, name)
+
+    def batches(self, split, *args, **kwargs):
+        for batch in self.data.batches(split, *args, **kwargs):
+            if split == "train":
+                self.tokens.append(int(batch.tgt_valid_lens.sum()))
+            yield batch
+
+
+def test_epoch_loss_is_the_mean_over_the_epochs_target_tokens_not_over_its_steps():
+    data = _RecordingData(reverse_data(n_train=100))
+    history = train_seq2seq(_model(data.data), data, epochs=2, batch_size=16, device="cpu", progress=False)
+    per_epoch = len(data.tokens) // 2
+    assert len(history.train_loss) == len(data.tokens) == 2 * per_epoch
+    for e in range(2):
+        steps = slice(e * per_epoch, (e + 1) * per_epoch)
+        losses, tokens = history.train_loss[steps], data.tokens[steps]
+        by_token = sum(loss * n for loss, n in zip(losses, tokens, strict=True)) / sum(tokens)
+        assert history.epoch_loss[e] == pytest.approx(by_token, rel=1e-6)
+        assert by_token != pytest.approx(sum(losses) / len(losses), rel=1e-6)  # the per-step mean differs
+
+
+def test_gradient_clipping_rescales_what_the_optimizer_sees_like_clip_grad_norm(monkeypatch):
+    # Record each parameter's gradient right after backward and what Adam finds when it steps.
+    data = reverse_data(n_train=48)
+    model = _model(data)
+    raw, seen = [], []
+    params = list(model.parameters())
+    current = {}
+    for p in params:
+        p.register_post_accumulate_grad_hook(lambda p: current.__setitem__(p, p.grad.detach().clone()))
+
+    class RecordingAdam(torch.optim.Adam):
+        def step(self, closure=None):
+            raw.append([current[p] for p in params])
+            seen.append([p.grad.detach().clone() for p in params])
+            return super().step(closure)
+
+    monkeypatch.setattr(torch.optim, "Adam", RecordingAdam)
+    clip = 0.05
+    train_seq2seq(model, data, epochs=1, batch_size=16, clip=clip, device="cpu", progress=False)
+    assert len(raw) == 3
+    for grads, clipped in zip(raw, seen, strict=True):
+        norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+        assert norm > 2 * clip  # the clipping is active in every step
+        scale = clip / (norm + 1e-6)  # torch.nn.utils.clip_grad_norm_'s factor
+        for g, c in zip(grads, clipped, strict=True):
+            torch.testing.assert_close(c, g * scale)
 
 
 @pytest.mark.parametrize(

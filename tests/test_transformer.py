@@ -384,9 +384,9 @@ def test_decoder_block_equals_its_equations_step_by_step(norm_first, explicit):
     store_attention_weights(block, explicit)
     X, memory, lens = randn(3, 5, D, seed=4), randn(3, 6, D, seed=5), torch.tensor([6, 2, 1])
     expected = decoder_block_by_hand(block, X, memory, padding_keep(lens, 5, 6))
-    torch.testing.assert_close(block(X, memory, memory_valid_lens=lens), expected)
+    torch.testing.assert_close(block(X, memory, src_valid_lens=lens), expected)
     mask = (torch.arange(6) < lens[:, None])[:, None, None, :]  # the same padding as a (B, 1, 1, S) key mask
-    torch.testing.assert_close(block(X, memory, memory_mask=mask), expected)
+    torch.testing.assert_close(block(X, memory, src_mask=mask), expected)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -395,7 +395,7 @@ def test_decoder_block_matches_torch_transformer_decoder_layer(norm_first):
     theirs = _torch_decoder_layer(block)
     X, memory, lens = randn(3, 5, D, seed=6), randn(3, 4, D, seed=7), torch.tensor([4, 3, 1])
     expected = theirs(X, memory, tgt_mask=_torch_causal(5), memory_key_padding_mask=torch.arange(4) >= lens[:, None])
-    torch.testing.assert_close(block(X, memory, memory_valid_lens=lens), expected)
+    torch.testing.assert_close(block(X, memory, src_valid_lens=lens), expected)
 
 
 @pytest.mark.parametrize("mode", ["eval", "train"])
@@ -429,7 +429,7 @@ def test_decoder_block_ignores_padded_memory_positions():
     X, memory, lens = randn(2, 4, D, seed=13), randn(2, 5, D, seed=14), torch.tensor([3, 5])
     memory2 = memory.clone()
     memory2[0, 3:] = randn(2, D, seed=15) * 5
-    torch.testing.assert_close(block(X, memory2, memory_valid_lens=lens), block(X, memory, memory_valid_lens=lens))
+    torch.testing.assert_close(block(X, memory2, src_valid_lens=lens), block(X, memory, src_valid_lens=lens))
 
 
 # --------------------------------------------------------------------------------------- gradcheck
@@ -464,7 +464,7 @@ def test_decoder_block_gradcheck_float64(norm_first):
     X = randn(2, 3, 4, seed=17).requires_grad_(True)
     memory = randn(2, 4, 4, seed=18).requires_grad_(True)
     lens = torch.tensor([4, 2])
-    assert _gradcheck_with_parameters(block, lambda f, x, m: f(x, m, memory_valid_lens=lens), X, memory)
+    assert _gradcheck_with_parameters(block, lambda f, x, m: f(x, m, src_valid_lens=lens), X, memory)
 
 
 # ------------------------------------------------------------------------- stacks and the model
@@ -677,8 +677,8 @@ def test_transformer_has_the_parameters_of_torch_transformer_plus_embeddings_and
         ({"positional": "rotary"}, ValueError, 'positional must be "sinusoidal" or "learned"'),
         ({"pad_id": 1.0}, TypeError, "pad_id must be an int"),
         ({"pad_id": True}, TypeError, "pad_id must be an int"),
-        ({"pad_id": 11}, ValueError, "pad_id must be a valid id in both vocabularies"),
-        ({"pad_id": -1}, ValueError, "pad_id must be a valid id in both vocabularies"),
+        ({"pad_id": 11}, ValueError, "pad_id must be a valid id in every vocabulary"),
+        ({"pad_id": -1}, ValueError, "pad_id must be a valid id in every vocabulary"),
     ],
 )
 def test_bad_config_raises(kwargs, error, match):
@@ -700,8 +700,8 @@ def test_transformer_rejects_a_non_config():
         ({"num_layers": 1.0}, TypeError, "num_layers must be an int"),
         ({"num_heads": 3}, ValueError, r"num_hiddens \(8\) must be divisible by num_heads \(3\)"),
         ({"dropout": -0.1}, ValueError, "dropout must be in"),
-        ({"pad_id": 11}, ValueError, r"pad_id must be an id in \[0, 11\)"),
-        ({"pad_id": False}, ValueError, "pad_id must be an id"),
+        ({"pad_id": 11}, ValueError, r"pad_id must be a valid id in every vocabulary \(sizes 11\)"),
+        ({"pad_id": False}, TypeError, "pad_id must be an int"),
         ({"positional": "rope"}, ValueError, 'positional must be "sinusoidal" or "learned"'),
         ({"max_len": 0}, ValueError, "max_len must be positive"),
     ],
@@ -783,8 +783,8 @@ TGT = torch.ones(2, 3, dtype=torch.long)
         ((SRC, LENS, torch.ones(2, 9, dtype=torch.long)), ValueError, "tgt_in has 9 positions but the model covers "
                                                                       "max_len = 8"),
         ((torch.ones(2, 9, dtype=torch.long), LENS, TGT), ValueError, "src has 9 positions"),
-        ((SRC, [4, 2], TGT), TypeError, "src_valid_lens must be a torch.Tensor"),
-        ((SRC, LENS.float(), TGT), TypeError, "src_valid_lens must be an integer tensor"),
+        ((SRC, ["4", "2"], TGT), TypeError, "src_valid_lens must be a tensor"),
+        ((SRC, LENS.float() - 0.5, TGT), TypeError, "src_valid_lens must be an integer tensor"),
         ((SRC, LENS.bool(), TGT), TypeError, "src_valid_lens must be an integer tensor"),
         ((SRC, LENS[:1], TGT), ValueError, r"src_valid_lens must have shape \(2,\)"),
         ((SRC, torch.tensor([5, 2]), TGT), ValueError, r"src_valid_lens must lie in \[0, 4\]"),
@@ -807,7 +807,7 @@ def test_bad_decoder_inputs_raise():
         model.decoder(TGT, memory[:1])
     with pytest.raises(ValueError, match=r"memory must have shape \(2, S, 8\)"):
         model.decoder(TGT, memory[..., :4])
-    with pytest.raises(ValueError, match=r"valid_lens must lie in \[0, 4\]"):  # names src_valid_lens for now
+    with pytest.raises(ValueError, match=r"src_valid_lens must lie in \[0, 4\] for memory"):
         model.decoder(TGT, memory, torch.tensor([6, 1]))
 
 
@@ -823,7 +823,7 @@ def test_bad_decoding_inputs_raise():
     with pytest.raises(ValueError, match=r"src_valid_lens must have shape \(2,\)"):
         model.init_decoder_state(memory, LENS[:1])
     with pytest.raises(TypeError, match="src_valid_lens must be an integer tensor"):
-        model.init_decoder_state(memory, LENS.double())
+        model.init_decoder_state(memory, LENS.double() / 3)
     state = model.init_decoder_state(memory, LENS)
     with pytest.raises(ValueError, match=r"tokens must have shape \(2, 1\)"):
         model.decode_step(torch.ones(2, 2, dtype=torch.long), state)
@@ -849,3 +849,26 @@ def test_bad_decoding_inputs_raise():
         model.reorder_state(state, torch.tensor([0, 2]))
     with pytest.raises(ValueError, match=r"index must lie in \[0, 2\)"):
         model.reorder_state(state, torch.tensor([-1]))
+
+
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+def test_token_embedding_is_drawn_with_variance_one_over_d(side):
+    # N(0, 1/d): after the sqrt(d) scaling the tokens have the unit scale of the sinusoids.
+    torch.manual_seed(0)
+    d = 64
+    model = Transformer(TransformerConfig(2000, 2000, num_hiddens=d, ffn_num_hiddens=8, num_heads=2))
+    table = getattr(model, side).embed.embedding.weight.detach()
+    rows = torch.cat([table[:0], table[1:]])  # the <pad> row (id 0) is zero
+    assert float(table[0].abs().max()) == 0.0
+    assert float(rows.std()) == pytest.approx(d**-0.5, rel=0.03)
+    assert float(rows.mean()) == pytest.approx(0.0, abs=0.01)
+
+
+def test_source_lengths_may_be_a_list_or_a_tensor():
+    model = _model32()
+    torch.testing.assert_close(model(SRC, LENS.tolist(), TGT), model(SRC, LENS, TGT))
+    memory = model.encode(SRC, LENS.tolist())
+    torch.testing.assert_close(memory, model.encode(SRC, LENS))
+    state = model.init_decoder_state(memory, LENS.tolist())
+    torch.testing.assert_close(model.decode_step(TGT[:, :1], state)[0],
+                               model.decode_step(TGT[:, :1], model.init_decoder_state(memory, LENS))[0])

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.utils import num_parameters, set_seed, try_gpu
+from course_lib.utils import model_device, num_parameters, seeded, set_seed, try_gpu
 
 
 @pytest.fixture
@@ -68,11 +68,62 @@ def test_set_seed_rejects_bad_seeds(seed, error, restore_determinism):
         set_seed(seed)
 
 
-def test_try_gpu_returns_the_cpu_without_a_gpu():
-    expected = torch.device("cuda:0") if torch.cuda.is_available() else torch.device("cpu")
-    assert try_gpu() == expected
-    assert try_gpu(torch.cuda.device_count()) == torch.device("cpu")  # index past the last GPU
-    assert torch.zeros(1, device=try_gpu()).device.type == expected.type
+def _fake_devices(monkeypatch, n_cuda, mps):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: n_cuda > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: n_cuda)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+
+
+@pytest.mark.parametrize(
+    "n_cuda, mps, i, expected",
+    [
+        (2, True, 0, "cuda:0"),  # CUDA first, even with MPS
+        (2, True, 1, "cuda:1"),
+        (0, True, 0, "mps"),  # then Apple's MPS
+        (0, True, 1, "cpu"),  # MPS has one device
+        (1, False, 1, "cpu"),  # index past the last GPU
+        (0, False, 0, "cpu"),
+    ],
+)
+def test_try_gpu_picks_cuda_then_mps_then_the_cpu(monkeypatch, n_cuda, mps, i, expected):
+    _fake_devices(monkeypatch, n_cuda, mps)
+    assert try_gpu(i) == torch.device(expected)
+
+
+def test_try_gpu_returns_a_usable_device():
+    assert torch.zeros(1, device=try_gpu()).device.type == try_gpu().type
+
+
+def test_the_cli_defaults_to_try_gpu(monkeypatch):
+    from course_lib import cli
+
+    _fake_devices(monkeypatch, 0, True)
+    assert cli.default_device() == torch.device("mps")
+    _fake_devices(monkeypatch, 1, True)
+    assert cli.default_device() == torch.device("cuda:0")
+
+
+def test_seeded_restores_every_global_setting_it_changes(monkeypatch):
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "")
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch_state, py_state, np_state = torch.random.get_rng_state(), random.getstate(), np.random.get_state()
+    with seeded(5):
+        assert torch.are_deterministic_algorithms_enabled()
+        inside = torch.rand(3)
+    assert torch.equal(torch.random.get_rng_state(), torch_state)
+    assert random.getstate() == py_state and np.random.get_state()[1].tolist() == np_state[1].tolist()
+    assert torch.are_deterministic_algorithms_enabled() == enabled
+    assert torch.is_deterministic_algorithms_warn_only_enabled() == warn_only
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    with seeded(5):
+        assert torch.equal(torch.rand(3), inside)
+
+
+def test_model_device_is_where_the_parameters_are():
+    assert model_device(nn.Linear(2, 2)) == torch.device("cpu")
+    assert model_device(nn.ReLU()) == torch.device("cpu")
 
 
 def test_try_gpu_rejects_a_negative_index():
