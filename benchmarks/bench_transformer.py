@@ -216,12 +216,12 @@ def decode_rerunning_prefix(model: Transformer, src: torch.Tensor, src_valid_len
     it always decodes ``n_tokens`` tokens.
     """
     memory = model.encode(src, src_valid_lens)  # (B, S, d)
-    memory_mask = (torch.arange(memory.shape[1], device=src.device) < src_valid_lens[:, None])[:, None, None, :]
+    src_mask = (torch.arange(memory.shape[1], device=src.device) < src_valid_lens[:, None])[:, None, None, :]
     tokens = torch.full((src.shape[0], 1), BOS, dtype=torch.long, device=src.device)
     for _ in range(n_tokens):
         X = model.decoder.embed(tokens)  # (B, t, d)
         for block in model.decoder.blocks:
-            X = block(X, memory, memory_mask=memory_mask)
+            X = block(X, memory, src_mask=src_mask)
         logits = model.decoder.dense(model.decoder.norm(X[:, -1]))  # (B, V)
         tokens = torch.cat([tokens, logits.argmax(dim=-1, keepdim=True)], dim=1)
     return tokens[:, 1:].tolist()
