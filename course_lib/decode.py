@@ -43,9 +43,13 @@ def _eval_mode(model: nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
-def _check_src(model: Seq2SeqModel, src: object, src_valid_lens: object) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validate the model and a source batch; return both on the model's device."""
-    check_seq2seq_model(model)
+_GREEDY = ("__call__", "encode", "init_decoder_state", "decode_step", "parameters")
+
+
+def _check_src(model: Seq2SeqModel, src: object, src_valid_lens: object,
+               methods: tuple[str, ...] = _GREEDY) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate the model (it has ``methods``) and a source batch; return the batch on the model's device."""
+    check_seq2seq_model(model, methods=methods)
     src = check_tokens(src, "src", "(batch, S)")  # the model knows its vocabulary size
     lens = as_lengths(src_valid_lens, "src_valid_lens", max_len=src.shape[1], shape=(src.shape[0],),
                       what=f"src of shape {tuple(src.shape)}")
@@ -161,7 +165,7 @@ def beam_search(model: Seq2SeqModel, src: torch.Tensor, src_valid_lens: torch.Te
     Returns:
         B lists of token ids (the best hypothesis of each sentence), without ``<bos>``/``<eos>``.
     """
-    src, src_valid_lens = _check_src(model, src, src_valid_lens)
+    src, src_valid_lens = _check_src(model, src, src_valid_lens, (*_GREEDY, "reorder_state"))
     _check_ids(max_len, bos, eos)
     check_positive_int(beam_size, "beam_size")
     if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or length_penalty < 0:
@@ -220,7 +224,7 @@ def sequence_log_prob(model: Seq2SeqModel, src: torch.Tensor, src_valid_lens: to
     Returns:
         (B,) float tensor of log-probabilities (0 for an empty target).
     """
-    src, src_valid_lens = _check_src(model, src, src_valid_lens)
+    src, src_valid_lens = _check_src(model, src, src_valid_lens, ("__call__", "parameters"))
     if len(targets) != src.shape[0]:
         raise ValueError(f"targets must hold one sequence per source ({src.shape[0]}), got {len(targets)}")
     T = max((len(t) for t in targets), default=0)

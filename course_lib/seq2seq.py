@@ -55,11 +55,16 @@ class Seq2SeqModel(Protocol):
         ...
 
 
-def check_seq2seq_model(model: object, name: str = "model") -> Seq2SeqModel:
-    """Raise ``TypeError`` naming the missing methods unless ``model`` follows :class:`Seq2SeqModel`."""
-    if isinstance(model, Seq2SeqModel):
-        return model
-    missing = [m for m in ("__call__", "encode", "init_decoder_state", "decode_step", "reorder_state", "parameters")
-               if not callable(getattr(model, m, None))]
-    raise TypeError(f"{name} must be a seq2seq model (see course_lib.seq2seq.Seq2SeqModel); a "
-                    f"{type(model).__name__} lacks {', '.join(missing)}")
+_METHODS = ("__call__", "encode", "init_decoder_state", "decode_step", "reorder_state", "parameters")
+
+
+def check_seq2seq_model(model: object, name: str = "model", methods: tuple[str, ...] = _METHODS) -> Seq2SeqModel:
+    """Raise ``TypeError`` naming the missing ones unless ``model`` has the protocol's ``methods`` (default: all).
+
+    A caller asks only for what it uses: greedy decoding never reorders a state.
+    """
+    missing = [m for m in methods if not callable(getattr(model, m, None))]
+    if missing:
+        raise TypeError(f"{name} must be a seq2seq model (see course_lib.seq2seq.Seq2SeqModel); a "
+                        f"{type(model).__name__} lacks {', '.join(missing)}")
+    return model  # type: ignore[return-value]
