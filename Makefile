@@ -7,6 +7,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
+# Progress bars print one line when a loop ends instead of a stored line per redraw
+# (course_lib.progress); a notebook opened in Jupyter or Colab keeps its live bars.
+export COURSE_PROGRESS := line
 
 .PHONY: venv book test lint unit nbval bench assignments grade clean
 

@@ -36,6 +36,7 @@ from .nadaraya_watson import (
 )
 from .plotting import plot_curves, plot_kernels, plot_regression, show_heatmaps
 from .positional import LearnedPositionalEmbedding, PositionalEncoding, sinusoidal_table
+from .progress import progress, progress_mode
 from .rnn import (
     BahdanauDecoder,
     BahdanauSeq2Seq,
@@ -176,6 +177,8 @@ __all__ = [
     "plot_kernels",
     "plot_regression",
     "predict_split",
+    "progress",
+    "progress_mode",
     "save_checkpoint",
     "seeded",
     "sequence_log_prob",

@@ -16,7 +16,6 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from tqdm import tqdm
 
 from ._validation import (
     check_floating,
@@ -27,6 +26,7 @@ from ._validation import (
     check_tensor,
 )
 from .kernels import gaussian_kernel, get_kernel
+from .progress import progress as progress_bar
 
 __all__ = ["nadaraya_watson", "NWKernelRegression", "fit_nw_kernel_regression",
            "leave_one_out"]
@@ -186,7 +186,7 @@ def fit_nw_kernel_regression(x_train: torch.Tensor, y_train: torch.Tensor, epoch
         epochs: full-batch gradient steps.
         lr: SGD learning rate.
         init_w: starting width parameter.
-        progress: show a tqdm bar.
+        progress: show a progress bar (:func:`course_lib.progress`: live, or one line).
 
     Returns:
         The fitted model and the loss (half mean squared error) before each step.
@@ -204,7 +204,7 @@ def fit_nw_kernel_regression(x_train: torch.Tensor, y_train: torch.Tensor, epoch
     keys, values = leave_one_out(x_train), leave_one_out(y_train)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     losses = []
-    for _ in tqdm(range(epochs), desc="fitting w", disable=not progress):
+    for _ in progress_bar(range(epochs), desc="fitting w", disable=not progress):
         optimizer.zero_grad()
         loss = 0.5 * (model(x_train, keys, values) - y_train).pow(2).mean()
         loss.backward()

@@ -26,6 +26,7 @@ from ._validation import check_floating, check_ndim, check_positive, check_posit
 from .decode import _check_decoding, decode_batch
 from .masking import lengths_to_mask
 from .metrics import corpus_bleu, detokenized_bleu, exact_match
+from .progress import progress as progress_bar
 from .seq2seq import Seq2SeqModel, check_seq2seq_model
 from .utils import global_state_preserved, model_device, set_seed, try_gpu
 
@@ -216,7 +217,7 @@ def train_seq2seq(model: Seq2SeqModel, data, *, minutes: float | None = None, ep
         seed: seeds the run (as :func:`course_lib.set_seed`, and the shuffling generator); the caller's
             random states, PyTorch's deterministic-algorithms flag and ``CUBLAS_WORKSPACE_CONFIG`` are
             put back on return.
-        progress: show a tqdm progress bar (on stderr).
+        progress: show a progress bar on stderr (:func:`course_lib.progress`: live, or one line).
         eval_every: measure the validation loss every this many steps; default once per epoch.
             The loss at the end of training is always measured (when there is a validation split).
         amp: ``True``: mixed precision on CUDA (ignored on the CPU); ``"bf16"``: bfloat16 autocast on
@@ -227,8 +228,6 @@ def train_seq2seq(model: Seq2SeqModel, data, *, minutes: float | None = None, ep
     Returns:
         A :class:`TrainHistory`. The model is left in eval mode on ``device``.
     """
-    from tqdm import tqdm
-
     check_seq2seq_model(model)
     _check_budget(minutes, epochs)
     check_positive(lr, "lr")
@@ -273,8 +272,9 @@ def train_seq2seq(model: Seq2SeqModel, data, *, minutes: float | None = None, ep
     has_valid = len(data.valid) > 0 and rank == 0
 
     n_batches = math.ceil(len(data.train) / batch_size)
-    bar = tqdm(total=epochs * n_batches if epochs is not None else None, disable=not progress,
-               unit="step", dynamic_ncols=True, mininterval=1.0)  # fewer redraws: a notebook stores each one
+    # A live bar, or one line in a stored notebook (course_lib.progress, COURSE_PROGRESS).
+    bar = progress_bar(total=epochs * n_batches if epochs is not None else None, disable=not progress,
+                       unit="step", dynamic_ncols=True)
     start = time.perf_counter()
     deadline = start + 60.0 * minutes if minutes is not None else math.inf
     pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (loss, n_tokens), synced in chunks
