@@ -150,9 +150,13 @@ def as_lengths(lengths: object, name: str, max_len: int | None = None, shape: tu
         raise ValueError(f"{name} must have shape {tuple(shape)}{for_what}, got {tuple(lengths.shape)}")
     if lengths.numel():
         low, high = int(lengths.min()), int(lengths.max())
-        if low < 0 or (max_len is not None and high > max_len):
-            bound = f"[0, {max_len}]" if max_len is not None else "[0, inf)"
-            raise ValueError(f"{name} must lie in {bound}{for_what}, got values from {low} to {high}")
+        bound = f"[0, {max_len}]" if max_len is not None else "[0, inf)"
+        if low < 0:
+            raise ValueError(f"{name} must lie in {bound}{for_what} (lengths are non-negative), got values "
+                             f"from {low} to {high}")
+        if max_len is not None and high > max_len:
+            raise ValueError(f"{name} must lie in {bound}{for_what} (a length must not exceed {max_len}), got "
+                             f"values from {low} to {high}")
     return lengths.to(device=device if device is not None else lengths.device, dtype=torch.long)
 
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validation import check_floating, check_ndim, check_positive_int, check_probability, check_same_size
-from .masking import _as_lengths, masked_softmax
+from .masking import _lengths_keep, causal_mask, check_attend_mask, masked_softmax
 
 __all__ = ["KVCache", "MultiHeadAttention", "store_attention_weights"]
 
@@ -159,9 +159,12 @@ class MultiHeadAttention(nn.Module):
                 ``j >= valid_lens`` are ignored (padding). With a cache they count all keys, cached
                 ones included.
             causal: query ``i`` sees keys ``j <= i + (n_keys - n_queries)``: the look-ahead mask
-                aligned bottom-right, so it stays right when a cache holds earlier keys.
+                aligned bottom-right, so it stays right when a cache holds earlier keys; the same as
+                ``mask=causal_mask(n_queries, n_keys)`` (tested).
             mask: optional bool, broadcastable to (batch, n_queries, n_keys) or
-                (batch, num_heads, n_queries, n_keys), ``True`` = attend.
+                (batch, num_heads, n_queries, n_keys), ``True`` = attend. A 2-D mask is
+                (n_queries, n_keys); ``torch.nn.MultiheadAttention``'s ``key_padding_mask``
+                (batch, n_keys), ``True`` = padding, is refused: give ``valid_lens`` instead.
             kv_cache: optional :class:`KVCache`; the new projected keys and values are appended to
                 it and the queries attend to all of them (n_keys = T_past + new keys).
 
@@ -263,47 +266,17 @@ class MultiHeadAttention(nn.Module):
         """
         keep = None
         if valid_lens is not None:
-            lens = _as_lengths(valid_lens, "valid_lens", n_k, device=device)
-            if lens.shape == (batch,):
-                lens = lens.view(batch, 1, 1, 1)
-            elif lens.shape == (batch, n_q):
-                lens = lens.view(batch, 1, n_q, 1)
-            else:
-                raise ValueError(
-                    f"valid_lens must have shape ({batch},) or ({batch}, {n_q}) for {n_q} queries and "
-                    f"{n_k} keys in a batch of {batch}, got {tuple(lens.shape)}"
-                )
-            keep = torch.arange(n_k, device=device) < lens  # (B, 1, 1 or Tq, Tk)
+            keep = _lengths_keep(valid_lens, batch, n_q, n_k, device).unsqueeze(1)  # (B, 1, 1 or Tq, Tk)
         if causal:
-            rows = torch.arange(n_q, device=device).unsqueeze(1) + (n_k - n_q)
-            look_ahead = torch.arange(n_k, device=device) <= rows  # (Tq, Tk), bottom-right aligned
+            look_ahead = causal_mask(n_q, n_k, device=device)  # (Tq, Tk), bottom-right aligned
             keep = look_ahead if keep is None else keep & look_ahead
         if mask is not None:
-            keep = self._check_mask(mask, batch, n_q, n_k).to(device) if keep is None else (
-                keep & self._check_mask(mask, batch, n_q, n_k).to(device))
+            mask = check_attend_mask(mask, batch, n_q, n_k, self.num_heads).to(device)
+            mask = mask.unsqueeze(-3) if mask.dim() == 3 else mask  # (B, Tq, Tk) -> (B, 1, Tq, Tk): every head
+            keep = mask if keep is None else keep & mask
         if keep is not None and keep.dim() < 4:
             keep = keep.view((1,) * (4 - keep.dim()) + tuple(keep.shape))
         return keep
-
-    def _check_mask(self, mask: torch.Tensor, batch: int, n_q: int, n_k: int) -> torch.Tensor:
-        if not isinstance(mask, torch.Tensor):
-            raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
-        if mask.dtype != torch.bool:
-            raise TypeError(f"mask must be a bool tensor (True = attend), got dtype {mask.dtype}")
-        target = (batch, n_q, n_k) if mask.dim() <= 3 else (batch, self.num_heads, n_q, n_k)
-        # Broadcasts *to* target: no extra axis, each trailing axis 1 or equal. Checked by hand because
-        # torch.broadcast_shapes is a Python reference implementation, slow enough to show in a
-        # training step (the encoder checks its padding mask in every block).
-        ok = mask.dim() <= len(target) and all(
-            m in (1, t) for m, t in zip(reversed(mask.shape), reversed(target), strict=False))
-        if not ok:
-            raise ValueError(
-                f"mask of shape {tuple(mask.shape)} does not broadcast to (batch, n_queries, n_keys) = "
-                f"{(batch, n_q, n_k)} or (batch, num_heads, n_queries, n_keys) = "
-                f"{(batch, self.num_heads, n_q, n_k)}"
-            )
-        # (B, Tq, Tk) -> (B, 1, Tq, Tk): the same mask for every head.
-        return mask.unsqueeze(-3) if mask.dim() == 3 else mask
 
     def _explicit_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             keep: torch.Tensor | None) -> torch.Tensor:

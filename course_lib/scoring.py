@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 
-def _check_qkv(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor | None,
+def _check_3d_qkv(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor | None,
                same_dim: bool) -> None:
     layout = {
         "queries": "(batch, n_queries, d_q)",
@@ -78,7 +78,7 @@ def dot_product_scores(queries: torch.Tensor, keys: torch.Tensor, scaled: bool =
     Returns:
         (batch, n_queries, n_keys)
     """
-    _check_qkv(queries, keys, None, same_dim=True)
+    _check_3d_qkv(queries, keys, None, same_dim=True)
     scores = torch.bmm(queries, keys.transpose(1, 2))
     return scores / math.sqrt(queries.shape[-1]) if scaled else scores
 
@@ -95,7 +95,7 @@ def additive_scores(queries: torch.Tensor, keys: torch.Tensor, W_q: torch.Tensor
     Returns:
         (batch, n_queries, n_keys)
     """
-    _check_qkv(queries, keys, None, same_dim=False)
+    _check_3d_qkv(queries, keys, None, same_dim=False)
     for name, t in (("W_q", W_q), ("W_k", W_k), ("w_v", w_v)):
         check_floating(t, name)
     h = w_v.shape[0] if w_v.dim() == 1 else -1
@@ -125,7 +125,7 @@ def bilinear_scores(queries: torch.Tensor, keys: torch.Tensor, W: torch.Tensor) 
     Returns:
         (batch, n_queries, n_keys)
     """
-    _check_qkv(queries, keys, None, same_dim=False)
+    _check_3d_qkv(queries, keys, None, same_dim=False)
     check_floating(W, "W")
     if W.shape != (queries.shape[-1], keys.shape[-1]):
         raise ValueError(
@@ -150,7 +150,7 @@ def cosine_scores(queries: torch.Tensor, keys: torch.Tensor, temperature: float 
     Returns:
         (batch, n_queries, n_keys)
     """
-    _check_qkv(queries, keys, None, same_dim=True)
+    _check_3d_qkv(queries, keys, None, same_dim=True)
     check_positive(temperature, "temperature")
     q = queries / queries.norm(dim=-1, keepdim=True).clamp_min(eps)
     k = keys / keys.norm(dim=-1, keepdim=True).clamp_min(eps)
@@ -188,7 +188,7 @@ class _ScoredAttention(nn.Module):
             (batch, n_queries, d_v); the weights (batch, n_queries, n_keys) are kept in
             ``self.attention_weights`` (detached) for plotting.
         """
-        _check_qkv(queries, keys, values, same_dim=self._same_dim)
+        _check_3d_qkv(queries, keys, values, same_dim=self._same_dim)
         weights = masked_softmax(self.score(queries, keys), valid_lens, mask)
         self.attention_weights = weights.detach()
         return torch.bmm(self.dropout(weights), values)

@@ -47,8 +47,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ._validation import check_floating, check_ndim, check_positive_int, check_probability, check_tensor
-from .masking import _as_lengths, masked_softmax
+from ._validation import as_lengths, check_floating, check_ndim, check_positive_int, check_probability, check_tensor
+from .masking import causal_mask, lengths_to_mask, masked_softmax
 from .multihead import KVCache, MultiHeadAttention
 from .transformer import TransformerDecoderBlock, TransformerEncoderBlock
 
@@ -186,7 +186,7 @@ def dense_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
     Returns:
         (..., n_q, d_v); a query with no allowed key gets the zero vector.
     """
-    _check_qkv(queries, keys, values, same_length=False)
+    _check_batched_qkv(queries, keys, values, same_length=False)
     scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])  # (..., n_q, n_k)
     return masked_softmax(scores, mask=mask) @ values
 
@@ -201,13 +201,18 @@ def fused_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
     Args:
         queries, keys, values: as in :func:`dense_attention`.
         mask: optional bool, broadcastable to (..., n_q, n_k), ``True`` = attend.
-        is_causal: the look-ahead mask (top-left aligned) without building it; not with ``mask``.
+        is_causal: the look-ahead mask of :func:`course_lib.causal_mask` (bottom-right aligned, as
+            everywhere in the library); built by the kernel when ``n_q == n_k``; not with ``mask``.
 
     Returns:
         (..., n_q, d_v); a query with no allowed key gets the zero vector.
     """
-    _check_qkv(queries, keys, values, same_length=False)
+    _check_batched_qkv(queries, keys, values, same_length=False)
     _check_bool(is_causal, "is_causal")
+    n_q, n_k = queries.shape[-2], keys.shape[-2]
+    if mask is None and is_causal and n_q != n_k:
+        # SDPA's own is_causal is aligned top-left: the same as ours only for square masks.
+        mask, is_causal = causal_mask(n_q, n_k, device=queries.device), False
     if mask is None:
         return F.scaled_dot_product_attention(queries, keys, values, is_causal=is_causal)
     if is_causal:
@@ -223,7 +228,7 @@ def fused_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
 # --- sparse attention without the n x n matrix ---------------------------------------------------
 
 
-def _check_qkv(queries: object, keys: object, values: object, same_length: bool) -> None:
+def _check_batched_qkv(queries: object, keys: object, values: object, same_length: bool) -> None:
     for name, t in (("queries", queries), ("keys", keys), ("values", values)):
         check_floating(t, name)
         if t.dim() < 2:
@@ -252,7 +257,7 @@ def _prepare(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, st
              valid_lens: object, key_mask: object, dropout_p: float
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, bool]:
     """Validate; return 4-D q, k, v, the key validity (B or 1, 1, n, 1), per-query lengths or None, squeeze."""
-    _check_qkv(queries, keys, values, same_length=True)
+    _check_batched_qkv(queries, keys, values, same_length=True)
     for name, t in (("queries", queries), ("keys", keys), ("values", values)):
         check_ndim(t, name, (3, 4), "(batch, n, d) or (batch, heads, n, d)")
     check_positive_int(stride, "stride")
@@ -268,9 +273,9 @@ def _prepare(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, st
     valid = torch.ones(1, 1, n, 1, dtype=torch.bool, device=device)
     lens_q = None
     if valid_lens is not None:
-        lens = _as_lengths(valid_lens, "valid_lens", n, device=device)
+        lens = as_lengths(valid_lens, "valid_lens", max_len=n, device=device)
         if lens.shape == (batch,):
-            valid = valid & (torch.arange(n, device=device) < lens[:, None]).view(batch, 1, n, 1)
+            valid = valid & lengths_to_mask(lens, n).view(batch, 1, n, 1)
         elif lens.shape == (batch, n):
             lens_q = lens
         else:
@@ -571,7 +576,7 @@ class SparseMultiHeadAttention(MultiHeadAttention):
         device = queries.device
         stride = self.stride_for(n_k)
         key_mask = None if mask is None else self._key_mask(mask, batch, n_k).to(device)  # (B or 1, n_k)
-        lens = None if valid_lens is None else _as_lengths(valid_lens, "valid_lens", n_k, device=device)
+        lens = None if valid_lens is None else as_lengths(valid_lens, "valid_lens", max_len=n_k, device=device)
         if lens is not None and lens.shape not in ((batch,), (batch, n_q)):
             raise ValueError(f"valid_lens must have shape ({batch},) or ({batch}, {n_q}) for {n_q} queries and "
                              f"{n_k} keys in a batch of {batch}, got {tuple(lens.shape)}")
@@ -599,8 +604,8 @@ class SparseMultiHeadAttention(MultiHeadAttention):
         if key_mask is not None:
             keep = keep & key_mask[:, None, None, :]
         if lens is not None:
-            lens = lens.view(-1, 1, 1, 1) if lens.dim() == 1 else lens.view(lens.shape[0], 1, n_q, 1)
-            keep = keep & (torch.arange(n_k, device=device) < lens)
+            lens = lens.view(-1, 1, 1) if lens.dim() == 1 else lens.view(lens.shape[0], 1, n_q)
+            keep = keep & lengths_to_mask(lens, n_k)  # (B, 1, 1 or n_q, n_k)
         return keep
 
     def _key_mask(self, mask: object, batch: int, n_k: int) -> torch.Tensor:

@@ -151,8 +151,9 @@ def test_mask_notebook_solution_passes():
 
 def test_mask_library_composition_passes():
     def answer(n_queries, n_keys, valid_lens):
-        return cl.causal_mask(n_queries, n_keys) & cl.valid_lens_to_mask(valid_lens, len(valid_lens), n_queries,
-                                                                          n_keys)
+        # The exercise aligns the look-ahead mask top-left (query i sees keys j <= i): offset=0.
+        return cl.causal_mask(n_queries, n_keys, offset=0) & cl.valid_lens_to_mask(
+            valid_lens, len(valid_lens), n_queries, n_keys)
 
     result = check("transformer.look_ahead_and_padding_mask", answer, quiet=True)
     assert result.passed, result.message

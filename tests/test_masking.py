@@ -220,17 +220,17 @@ def test_negative_valid_lens_is_rejected():
 
 
 def test_non_integer_valid_lens_is_rejected():
-    with pytest.raises(ValueError, match="non-integer"):
+    with pytest.raises(TypeError, match="non-integer"):
         masked_softmax(torch.zeros(2, 3, 4), torch.tensor([1.5, 2.0]))
 
 
 def test_valid_lens_beyond_the_key_axis_is_rejected():
-    with pytest.raises(ValueError, match=r"exceed the number of keys \(4\)"):
+    with pytest.raises(ValueError, match=r"must not exceed 4"):
         masked_softmax(torch.zeros(2, 3, 4), torch.tensor([5, 1]))
 
 
 def test_bool_valid_lens_is_rejected():
-    with pytest.raises(ValueError, match="integer lengths"):
+    with pytest.raises(TypeError, match="integer tensor of lengths"):
         masked_softmax(torch.zeros(2, 3, 4), torch.tensor([True, False]))
 
 
@@ -282,9 +282,9 @@ def test_sequence_mask_fills_trailing_axes_with_value():
 def test_sequence_mask_rejects_bad_input():
     with pytest.raises(ValueError, match="at least 2-D"):
         sequence_mask(torch.ones(3), torch.tensor([1]))
-    with pytest.raises(ValueError, match=r"valid_len must have shape \(2,\)"):
+    with pytest.raises(ValueError, match=r"valid_lens must have shape \(2,\)"):
         sequence_mask(torch.ones(2, 3), torch.tensor([1, 2, 3]))
-    with pytest.raises(ValueError, match="exceed"):
+    with pytest.raises(ValueError, match=r"must lie in \[0, 3\]"):
         sequence_mask(torch.ones(2, 3), torch.tensor([1, 4]))
     with pytest.raises(TypeError, match="torch.Tensor"):
         sequence_mask([[1, 2]], torch.tensor([1]))
@@ -298,8 +298,8 @@ def test_lengths_to_mask_matches_loop(lens, max_len):
 
 
 def test_lengths_to_mask_rejects_bad_input():
-    with pytest.raises(TypeError, match="valid_lens must be a torch.Tensor"):
-        lengths_to_mask([1, 2], 3)
+    with pytest.raises(TypeError, match="valid_lens must be a tensor"):
+        lengths_to_mask(["1", "2"], 3)
     with pytest.raises(ValueError, match="max_len must be non-negative"):
         lengths_to_mask(torch.tensor([1]), -1)
     with pytest.raises(TypeError, match="max_len must be an int"):
@@ -318,11 +318,26 @@ def test_valid_lens_to_mask_rejects_a_wrong_shape():
 
 
 @pytest.mark.parametrize(("n_q", "n_k"), [(1, None), (4, None), (3, 5), (5, 2)])
-def test_causal_mask_is_true_on_and_below_the_diagonal(n_q, n_k):
+def test_causal_mask_lets_query_i_see_the_keys_up_to_its_bottom_right_aligned_position(n_q, n_k):
     mask = causal_mask(n_q, n_k)
     n_k = n_q if n_k is None else n_k
     assert mask.dtype == torch.bool and mask.shape == (n_q, n_k)
-    assert mask.tolist() == [[j <= i for j in range(n_k)] for i in range(n_q)]
+    # The queries are the last n_q positions: query i sits at key position i + n_k - n_q.
+    assert mask.tolist() == [[j <= i + n_k - n_q for j in range(n_k)] for i in range(n_q)]
+    assert causal_mask(n_q, n_k, offset=0).tolist() == [[j <= i for j in range(n_k)] for i in range(n_q)]
+
+
+def test_lengths_to_mask_accepts_lists_like_tensors():
+    assert torch.equal(lengths_to_mask([[1, 3]], 4), lengths_to_mask(torch.tensor([[1, 3]]), 4))
+
+
+def test_a_key_padding_mask_is_refused_not_read_with_the_opposite_meaning():
+    X = _random((2, 3, 4), 0)
+    key_padding_mask = torch.tensor([[False, False, True, True], [False, False, False, True]])  # torch: True = pad
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        masked_softmax(X, mask=key_padding_mask)
+    torch.testing.assert_close(masked_softmax(X, mask=~key_padding_mask[:, None, :]),
+                               masked_softmax(X, torch.tensor([2, 3])))
 
 
 def test_causal_mask_follows_the_sdpa_convention_true_means_attend():

@@ -364,7 +364,7 @@ def _bad_forward_cases():
         "valid_lens_shape": ((x, k, k), {"valid_lens": torch.tensor([1, 2, 3])}, ValueError, r"valid_lens.*\(3,\)"),
         "valid_lens_too_long": ((x, k, k), {"valid_lens": torch.tensor([6, 1])}, ValueError, "valid_lens"),
         "valid_lens_negative": ((x, k, k), {"valid_lens": torch.tensor([-1, 1])}, ValueError, "valid_lens"),
-        "valid_lens_fractional": ((x, k, k), {"valid_lens": torch.tensor([1.5, 1.0])}, ValueError, "valid_lens"),
+        "valid_lens_fractional": ((x, k, k), {"valid_lens": torch.tensor([1.5, 1.0])}, TypeError, "valid_lens"),
         "mask_not_bool": ((x, k, k), {"mask": torch.ones(3, 5)}, TypeError, "bool"),
         "mask_wrong_shape": ((x, k, k), {"mask": torch.ones(3, 4, dtype=torch.bool)}, ValueError, r"mask.*\(3, 4\)"),
         "mask_wrong_heads": ((x, k, k), {"mask": torch.ones(2, 3, 3, 5, dtype=torch.bool)}, ValueError, "mask"),
@@ -407,3 +407,49 @@ def test_bad_reorder_index_raises(index, error):
     cache.update(torch.randn(2, H, 3, 4), torch.randn(2, H, 3, 4))
     with pytest.raises(error, match="index"):
         cache.reorder(index)
+
+
+# --- one meaning of "causal", one meaning of a mask -----------------------------------------------
+
+
+@pytest.mark.parametrize("n_q, n_k", [(5, 5), (3, 7), (1, 4), (6, 4)])
+def test_the_causal_flag_and_the_causal_mask_helper_agree_for_any_number_of_queries(n_q, n_k):
+    import course_lib as cl
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4).eval()
+    q, kv = torch.randn(2, n_q, 16), torch.randn(2, n_k, 16)
+    torch.testing.assert_close(mha(q, kv, kv, causal=True), mha(q, kv, kv, mask=cl.causal_mask(n_q, n_k)))
+    # And the fused-kernel helper means the same by is_causal.
+    qh, kh = torch.randn(2, n_q, 8), torch.randn(2, n_k, 8)
+    torch.testing.assert_close(cl.fused_attention(qh, kh, kh, is_causal=True),
+                               cl.fused_attention(qh, kh, kh, mask=cl.causal_mask(n_q, n_k)))
+
+
+def test_a_cache_step_sees_what_the_causal_mask_helper_allows():
+    import course_lib as cl
+
+    torch.manual_seed(1)
+    mha = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(1, 6, 8)
+    cache = KVCache()
+    mha(x[:, :4], x[:, :4], x[:, :4], causal=True, kv_cache=cache)
+    step = mha(x[:, 4:], x[:, 4:], x[:, 4:], causal=True, kv_cache=cache)  # 2 queries, 6 keys
+    torch.testing.assert_close(step, mha(x[:, 4:], x, x, mask=cl.causal_mask(2, 6)))
+    torch.testing.assert_close(step, mha(x, x, x, causal=True)[:, 4:])
+
+
+def test_a_torch_key_padding_mask_is_refused_not_read_with_the_opposite_meaning():
+    mha = MultiHeadAttention(8, 2).eval()
+    q, kv = torch.randn(3, 2, 8), torch.randn(3, 5, 8)
+    key_padding_mask = torch.arange(5) >= torch.tensor([[5], [3], [1]])  # torch: True = padding
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        mha(q, kv, kv, mask=key_padding_mask)
+    lens = torch.tensor([5, 3, 1])
+    torch.testing.assert_close(mha(q, kv, kv, mask=~key_padding_mask[:, None, :]), mha(q, kv, kv, valid_lens=lens))
+
+
+def test_valid_lens_may_be_a_list_or_a_tensor():
+    mha = MultiHeadAttention(8, 2).eval()
+    q = torch.randn(2, 4, 8)
+    torch.testing.assert_close(mha(q, q, q, valid_lens=[4, 2]), mha(q, q, q, valid_lens=torch.tensor([4, 2])))

@@ -404,7 +404,7 @@ def test_valid_lens_errors_reach_the_caller_from_a_module():
     q, k, v = _randn(2, 3, 4), _randn(2, 5, 4), _randn(2, 5, 3)
     with pytest.raises(ValueError, match="exceed"):
         DotProductAttention()(q, k, v, torch.tensor([6, 1]))
-    with pytest.raises(ValueError, match="non-integer"):
+    with pytest.raises(TypeError, match="non-integer"):
         DotProductAttention()(q, k, v, torch.tensor([1.5, 1.0]))
 
 
