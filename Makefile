@@ -41,8 +41,9 @@ test: lint
 	    --nbval-lax --nbval-current-env --nbval-cell-timeout=900 \
 	    --ignore=book/_build --ignore=_build --durations=10
 
+# The fast loop: no notebook runs (tests marked `notebooks`, see tests/conftest.py).
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests -q -m "not notebooks"
 
 nbval: $(STAMP)
 	$(BIN)/python -m pytest book -q --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --ignore=book/_build

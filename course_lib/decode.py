@@ -164,6 +164,18 @@ def beam_search(model: Seq2SeqModel, src: torch.Tensor, src_valid_lens: torch.Te
 
     Returns:
         B lists of token ids (the best hypothesis of each sentence), without ``<bos>``/``<eos>``.
+
+    Examples:
+        >>> import course_lib as cl
+        >>> _ = torch.manual_seed(0)
+        >>> model = cl.Transformer(cl.TransformerConfig(10, 12, num_hiddens=16, ffn_num_hiddens=32, num_heads=2))
+        >>> src, src_valid_lens = torch.tensor([[4, 5, 2], [6, 2, 0]]), torch.tensor([3, 2])
+        >>> hyps = beam_search(model, src, src_valid_lens, max_len=5, beam_size=3)
+        >>> len(hyps), all(len(h) <= 5 and 2 not in h for h in hyps)  # one hypothesis per source, eos cut off
+        (2, True)
+        >>> greedy = greedy_decode(model, src, src_valid_lens, max_len=5)
+        >>> beam_search(model, src, src_valid_lens, max_len=5, beam_size=1) == greedy
+        True
     """
     src, src_valid_lens = _check_src(model, src, src_valid_lens, (*_GREEDY, "reorder_state"))
     _check_ids(max_len, bos, eos)

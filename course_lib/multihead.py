@@ -39,6 +39,13 @@ class KVCache:
 
     Attributes:
         keys, values: (batch, num_heads, T_past, d_h) or ``None`` while empty.
+
+    Examples:
+        >>> mha, cache = MultiHeadAttention(8, 2).eval(), KVCache()
+        >>> x = torch.randn(1, 3, 8)
+        >>> steps = [mha(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], causal=True, kv_cache=cache) for t in range(3)]
+        >>> len(cache), torch.allclose(torch.cat(steps, 1), mha(x, x, x, causal=True), atol=1e-6)
+        (3, True)
     """
 
     def __init__(self) -> None:
@@ -120,6 +127,12 @@ class MultiHeadAttention(nn.Module):
     Attributes:
         store_weights: keep the weights of the last call in ``.attention_weights``
             (batch, num_heads, n_queries, n_keys), detached; see :func:`store_attention_weights`.
+
+    Examples:
+        >>> mha = MultiHeadAttention(num_hiddens=16, num_heads=4)
+        >>> queries, keys = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
+        >>> mha(queries, keys, keys, valid_lens=torch.tensor([5, 2])).shape
+        torch.Size([2, 3, 16])
     """
 
     def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, bias: bool = False) -> None:

@@ -64,6 +64,12 @@ def nadaraya_watson(x_train: torch.Tensor, y_train: torch.Tensor, x_query: torch
             lengths, ``x_query`` of another input dimension than ``x_train``, or a kernel that
             returns negative values.
         TypeError: non-floating inputs, or inputs of different dtypes.
+
+    Examples:
+        >>> x = torch.tensor([0.0, 1.0, 2.0])
+        >>> y_hat, w = nadaraya_watson(x, 2 * x, torch.tensor([1.0]), kernel="boxcar", bandwidth=1.5)
+        >>> y_hat, w
+        (tensor([2.]), tensor([[0.3333, 0.3333, 0.3333]]))
     """
     X, Q = _as_2d(x_train, "x_train"), _as_2d(x_query, "x_query")
     check_floating(y_train, "y_train")

@@ -106,6 +106,12 @@ class PositionalEncoding(_PositionalBase):
         num_hiddens: d (odd d allowed: the last column is a sine).
         dropout: dropout rate on the sum.
         max_len: the largest number of positions.
+
+    Examples:
+        >>> pe = PositionalEncoding(4)
+        >>> pe(torch.zeros(1, 2, 4))  # row t is (sin t, cos t, sin t/100, cos t/100)
+        tensor([[[0.0000, 1.0000, 0.0000, 1.0000],
+                 [0.8415, 0.5403, 0.0100, 0.9999]]])
     """
 
     def __init__(self, num_hiddens: int, dropout: float = 0.0, max_len: int = 1000) -> None:

@@ -200,6 +200,15 @@ class DotProductAttention(_ScoredAttention):
     Args:
         dropout: dropout rate on the attention weights (training mode only).
         scaled: divide the scores by :math:`\sqrt d` (``False`` gives plain dot-product scores).
+
+    Examples:
+        >>> attention = DotProductAttention()
+        >>> keys = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]]])
+        >>> values = torch.tensor([[[1.0], [3.0], [100.0]]])
+        >>> attention(torch.zeros(1, 1, 2), keys, values, valid_lens=torch.tensor([2]))  # the third key is padding
+        tensor([[[2.]]])
+        >>> attention.attention_weights
+        tensor([[[0.5000, 0.5000, 0.0000]]])
     """
 
     def __init__(self, dropout: float = 0.0, scaled: bool = True) -> None:

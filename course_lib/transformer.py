@@ -587,6 +587,14 @@ class Transformer(nn.Module):
 
     Args:
         config: a :class:`TransformerConfig`.
+
+    Examples:
+        >>> model = Transformer(TransformerConfig(src_vocab_size=10, tgt_vocab_size=12, num_hiddens=16,
+        ...                                       ffn_num_hiddens=32, num_heads=2))
+        >>> src, src_valid_lens = torch.tensor([[4, 5, 2, 0]]), torch.tensor([3])
+        >>> tgt_in = torch.tensor([[1, 7, 8]])
+        >>> model(src, src_valid_lens, tgt_in).shape  # (batch, T, tgt_vocab_size)
+        torch.Size([1, 3, 12])
     """
 
     def __init__(self, config: TransformerConfig) -> None:

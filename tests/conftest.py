@@ -20,6 +20,18 @@ settings.register_profile(
 settings.load_profile("course")
 
 
+_NOTEBOOK_HELPERS = {"solution_namespace", "_solution_namespace", "solution_cells", "_solution_cells"}
+
+
+def pytest_collection_modifyitems(items):
+    """Mark the tests that run notebooks (test_assignments.py, the worked solutions) as ``notebooks``."""
+    for item in items:
+        code = getattr(getattr(item, "function", None), "__code__", None)
+        names = set(code.co_names) if code is not None else set()
+        if item.path.name == "test_assignments.py" or names & _NOTEBOOK_HELPERS:
+            item.add_marker(pytest.mark.notebooks)
+
+
 @pytest.fixture(autouse=True)
 def _close_figures():
     """Close every figure a test opened, so figures do not pile up across tests."""
