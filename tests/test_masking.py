@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from course_lib.masking import (
     causal_mask,
@@ -356,3 +357,79 @@ def test_causal_mask_rejects_bad_sizes():
 
 def test_causal_mask_accepts_numpy_integers():
     assert torch.equal(causal_mask(np.int64(3)), causal_mask(3))
+
+
+# --- properties on drawn tensors (hypothesis.extra.numpy): extreme and tied values, float32 too ---
+
+_DTYPES = st.sampled_from([np.float32, np.float64])
+_SHAPES = hnp.array_shapes(min_dims=3, max_dims=3, min_side=1, max_side=6)
+
+
+def _scores(dtype, shape, bound):
+    # A few distinct values only, so ties are common; extremes (+-bound) and zeros among them.
+    values = st.sampled_from([0.0, 1.0, -1.0, 0.5, bound, -bound]) | st.floats(-bound, bound, width=32)
+    return hnp.arrays(dtype, shape, elements=values)
+
+
+@st.composite
+def _scores_and_mask(draw, bound):
+    dtype, shape = draw(_DTYPES), draw(_SHAPES)
+    X = draw(_scores(dtype, shape, bound))
+    mask = draw(hnp.arrays(np.bool_, shape))
+    return torch.from_numpy(X), torch.from_numpy(mask)
+
+
+def _reference_softmax(X, mask):
+    """Softmax over the allowed keys in float64 NumPy; rows without a key are 0."""
+    x = X.double().numpy()
+    out = np.zeros_like(x)
+    for idx in np.ndindex(*x.shape[:-1]):
+        keep = mask.numpy()[idx]
+        if keep.any():
+            row = x[idx][keep]
+            e = np.exp(row - row.max())
+            out[idx][keep] = e / e.sum()
+    return out
+
+
+@given(_scores_and_mask(bound=1e4))
+def test_masked_softmax_equals_a_float64_reference_on_drawn_scores(case):
+    X, mask = case
+    W = masked_softmax(X, mask=mask)
+    assert W.dtype == X.dtype
+    tol = 1e-5 if X.dtype == torch.float32 else 1e-12
+    np.testing.assert_allclose(W.double().numpy(), _reference_softmax(X, mask), rtol=tol, atol=tol)
+    assert torch.all(W[~mask.expand_as(W)] == 0)
+
+
+@given(_scores_and_mask(bound=float(np.float32(3e38))))
+def test_masked_softmax_stays_finite_and_normalised_with_extreme_scores(case):
+    X, mask = case
+    W = masked_softmax(X, mask=mask)
+    assert torch.isfinite(W).all() and torch.all(W >= 0)
+    sums = W.double().sum(-1)
+    has_key = mask.any(-1)
+    torch.testing.assert_close(sums[has_key], torch.ones_like(sums[has_key]), rtol=0, atol=1e-5)
+    assert torch.all(sums[~has_key] == 0)
+
+
+@given(_scores_and_mask(bound=1e4), st.floats(-1e3, 1e3))
+def test_masked_softmax_ignores_a_shift_of_every_score(case, shift):
+    X, mask = case
+    X = X.double()
+    torch.testing.assert_close(masked_softmax(X + shift, mask=mask), masked_softmax(X, mask=mask),
+                               rtol=1e-9, atol=1e-9)
+
+
+@given(hnp.arrays(np.int64, hnp.array_shapes(max_dims=2, max_side=5), elements=st.integers(0, 7)),
+       st.integers(0, 7))
+def test_lengths_to_mask_equals_numpy_comparison_on_drawn_lengths(lens, max_len):
+    expected = np.arange(max_len) < lens[..., None]
+    assert lengths_to_mask(torch.from_numpy(lens), max_len).numpy().tolist() == expected.tolist()
+    assert lengths_to_mask(lens.tolist(), max_len).numpy().tolist() == expected.tolist()
+
+
+@given(st.integers(0, 7), st.integers(0, 7), st.integers(-8, 8) | st.none())
+def test_causal_mask_equals_numpy_tri(n_q, n_k, offset):
+    expected = np.tri(n_q, n_k, k=n_k - n_q if offset is None else offset, dtype=bool)
+    assert causal_mask(n_q, n_k, offset=offset).numpy().tolist() == expected.tolist()

@@ -2,11 +2,13 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 from torch.func import functional_call
 
 from course_lib.scoring import (
@@ -445,3 +447,53 @@ def test_non_int_sizes_are_a_type_error():
         AdditiveAttention(4.0)
     with pytest.raises(TypeError, match="query_size must be an int"):
         BilinearAttention(3.5)
+
+
+# --- properties on drawn tensors (hypothesis.extra.numpy): extreme and tied values, float32 too ---
+
+
+@st.composite
+def _qk(draw, same_dim=True, bound=1e3):
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    b, n_q, n_k, d = (draw(st.integers(1, 4)) for _ in range(4))
+    d_k = d if same_dim else draw(st.integers(1, 4))
+    values = st.sampled_from([0.0, 1.0, -1.0, bound, -bound]) | st.floats(-bound, bound, width=32)
+    q = draw(hnp.arrays(dtype, (b, n_q, d), elements=values))
+    k = draw(hnp.arrays(dtype, (b, n_k, d_k), elements=values))
+    return torch.from_numpy(q), torch.from_numpy(k)
+
+
+def _tol(t):
+    return 1e-5 if t.dtype == torch.float32 else 1e-12
+
+
+@given(_qk())
+def test_dot_product_scores_equal_numpy_on_drawn_tensors(qk):
+    q, k = qk
+    expected = np.einsum("bqd,bkd->bqk", q.double().numpy(), k.double().numpy()) / math.sqrt(q.shape[-1])
+    scale = max(1.0, float(np.abs(expected).max()))
+    np.testing.assert_allclose(dot_product_scores(q, k).double().numpy(), expected, rtol=_tol(q),
+                               atol=_tol(q) * scale)
+
+
+@given(_qk(bound=float(np.float32(1e30))), st.floats(0.05, 10.0))
+def test_cosine_scores_stay_within_one_over_tau_even_for_huge_or_zero_vectors(qk, tau):
+    q, k = qk
+    s = cosine_scores(q, k, temperature=tau)
+    assert torch.isfinite(s).all()
+    assert torch.all(s.abs() <= (1 + 1e-5) / tau)
+    zero = (q.abs().sum(-1) == 0)[..., None] | (k.abs().sum(-1) == 0)[:, None, :]
+    assert torch.all(s[zero] == 0)
+
+
+@given(_qk(same_dim=False, bound=10.0), st.integers(1, 4))
+def test_additive_scores_equal_numpy_on_drawn_tensors(qk, h):
+    q, k = qk
+    g = torch.Generator().manual_seed(0)
+    W_q = torch.randn(h, q.shape[-1], generator=g, dtype=q.dtype)
+    W_k = torch.randn(h, k.shape[-1], generator=g, dtype=q.dtype)
+    w_v = torch.randn(h, generator=g, dtype=q.dtype)
+    Q, K = q.double().numpy() @ W_q.double().numpy().T, k.double().numpy() @ W_k.double().numpy().T
+    expected = np.tanh(Q[:, :, None, :] + K[:, None, :, :]) @ w_v.double().numpy()
+    np.testing.assert_allclose(additive_scores(q, k, W_q, W_k, w_v).double().numpy(), expected,
+                               rtol=10 * _tol(q), atol=10 * _tol(q) * h)
