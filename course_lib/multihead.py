@@ -23,7 +23,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_floating, check_ndim, check_positive_int, check_probability, check_same_size
+from ._validation import (
+    check_bool,
+    check_floating,
+    check_ndim,
+    check_positive_int,
+    check_probability,
+    check_same_size,
+)
 from .masking import _lengths_keep, causal_mask, check_attend_mask, masked_softmax
 
 __all__ = ["KVCache", "MultiHeadAttention", "store_attention_weights"]
@@ -110,10 +117,11 @@ class KVCache:
 class MultiHeadAttention(nn.Module):
     r"""Multi-head scaled dot-product attention with separate projections ``W_q, W_k, W_v, W_o``.
 
-    Two code paths give the same result (tested): the explicit one (scores / sqrt(d_h), masked
-    softmax, dropout, matrix product), which keeps the weights in ``.attention_weights`` and runs
-    when ``store_weights`` is ``True``; and a fast one through
-    ``torch.nn.functional.scaled_dot_product_attention`` (the default).
+    One computation, two kernels that give the same result (tested): by default the fused
+    ``torch.nn.functional.scaled_dot_product_attention``; with ``need_weights=True`` the explicit one
+    the notes derive (scores / sqrt(d_h), masked softmax, dropout, matrix product), which also returns
+    the weights. To keep the weights of every attention module of a model for plots, see
+    :func:`store_attention_weights` (forward hooks that ask for them).
 
     A query that may attend to no key at all pools the zero vector (never NaN), so its output is
     ``W_o``'s bias, zero when ``bias=False``.
@@ -125,8 +133,8 @@ class MultiHeadAttention(nn.Module):
         bias: give the four projections a bias.
 
     Attributes:
-        store_weights: keep the weights of the last call in ``.attention_weights``
-            (batch, num_heads, n_queries, n_keys), detached; see :func:`store_attention_weights`.
+        attention_weights: ``None``, or the detached (batch, num_heads, n_queries, n_keys) weights of the
+            last call while :func:`store_attention_weights` is on.
 
     Examples:
         >>> mha = MultiHeadAttention(num_hiddens=16, num_heads=4)
@@ -153,15 +161,15 @@ class MultiHeadAttention(nn.Module):
         self.W_v = nn.Linear(num_hiddens, num_hiddens, bias=bias)
         self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
         self.dropout = nn.Dropout(dropout)
-        self.store_weights = False
         self.attention_weights: torch.Tensor | None = None
 
     def extra_repr(self) -> str:
-        return f"num_hiddens={self.num_hiddens}, num_heads={self.num_heads}, store_weights={self.store_weights}"
+        return f"num_hiddens={self.num_hiddens}, num_heads={self.num_heads}"
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                 valid_lens: torch.Tensor | None = None, causal: bool = False,
-                mask: torch.Tensor | None = None, kv_cache: KVCache | None = None) -> torch.Tensor:
+                mask: torch.Tensor | None = None, kv_cache: KVCache | None = None,
+                need_weights: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Attend from every query to the allowed keys, in every head.
 
         Args:
@@ -180,32 +188,35 @@ class MultiHeadAttention(nn.Module):
                 (batch, n_keys), ``True`` = padding, is refused: give ``valid_lens`` instead.
             kv_cache: optional :class:`KVCache`; the new projected keys and values are appended to
                 it and the queries attend to all of them (n_keys = T_past + new keys).
+            need_weights: also return the attention weights, computed by the explicit path.
 
         Returns:
-            (batch, n_queries, num_hiddens)
+            (batch, n_queries, num_hiddens); with ``need_weights``, also the weights
+            (batch, num_heads, n_queries, n_keys) (before dropout; rows of queries without keys are 0).
         """
         self._check_inputs(queries, keys, values, kv_cache)
-        if not isinstance(causal, bool):
-            raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+        check_bool(causal, "causal")
+        check_bool(need_weights, "need_weights")
         batch, n_q = queries.shape[:2]
         n_k = keys.shape[1] + (0 if kv_cache is None else len(kv_cache))
         # A single query is the last one: bottom-right aligned, it sees every key.
         causal = causal and n_q > 1
         # SDPA's own is_causal is top-left aligned: the same only when n_queries == n_keys.
-        use_is_causal = causal and n_q == n_k and valid_lens is None and mask is None and not self.store_weights
+        use_is_causal = causal and n_q == n_k and valid_lens is None and mask is None and not need_weights
         # Validated and built before the cache is touched, so a bad mask leaves the cache intact.
         keep = None if use_is_causal else self._build_mask(batch, n_q, n_k, valid_lens, causal, mask,
                                                            queries.device)
         q, k, v = self._project(queries, keys, values)  # (B, h, T, d_h) each
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)
-        if self.store_weights:
-            out = self._explicit_attention(q, k, v, keep)
+        weights = None
+        if need_weights:
+            out, weights = self._explicit_attention(q, k, v, keep)
         else:
             out = self._fast_attention(q, k, v, keep, use_is_causal)
         # (B, h, Tq, d_h) -> (B, Tq, h, d_h) -> (B, Tq, d): concatenate the heads.
-        out = out.transpose(1, 2).reshape(batch, n_q, self.num_hiddens)
-        return self.W_o(out)
+        out = self.W_o(out.transpose(1, 2).reshape(batch, n_q, self.num_hiddens))
+        return (out, weights) if need_weights else out
 
     def _check_inputs(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                       kv_cache: KVCache | None) -> None:
@@ -292,17 +303,15 @@ class MultiHeadAttention(nn.Module):
         return keep
 
     def _explicit_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                            keep: torch.Tensor | None) -> torch.Tensor:
-        """softmax(q k^T / sqrt(d_h)) v with the weights kept; all (B, h, T, d_h)."""
+                            keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """softmax(q k^T / sqrt(d_h)) v and the weights; q, k, v (B, h, T, d_h), weights (B, h, Tq, Tk)."""
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_size)  # (B, h, Tq, Tk)
         weights = masked_softmax(scores, mask=keep)
-        self.attention_weights = weights.detach()
-        return self.dropout(weights) @ v
+        return self.dropout(weights) @ v, weights
 
     def _fast_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         keep: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
-        """The same through ``F.scaled_dot_product_attention`` (fused kernels, no stored weights)."""
-        self.attention_weights = None
+        """The same through ``F.scaled_dot_product_attention`` (fused kernels, no weights)."""
         dropout_p = self.dropout.p if self.training else 0.0
         row_ok = None
         if keep is not None:
@@ -320,30 +329,55 @@ class MultiHeadAttention(nn.Module):
         return out if row_ok is None else out * row_ok
 
 
-def store_attention_weights(model: nn.Module, on: bool = True) -> int:
-    """Turn ``store_weights`` on (or off) in every attention module of ``model``.
+def _ask_for_weights(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    return args, {**kwargs, "need_weights": True}
 
-    With it on, each :class:`MultiHeadAttention` runs its explicit path and keeps
-    ``.attention_weights`` (batch, num_heads, n_queries, n_keys) for plots; off, it runs the fast
-    path and the stored weights are dropped. Other modules that expose a ``store_weights`` flag
-    are toggled too.
+
+def _keep_weights(module: nn.Module, args: tuple, kwargs: dict,
+                  output: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    out, weights = output
+    module.attention_weights = weights.detach()
+    return out
+
+
+def store_attention_weights(model: nn.Module, on: bool = True) -> int:
+    """Keep (or stop keeping) the weights of every attention module of ``model`` for plots.
+
+    It adds (or removes) two forward hooks on each :class:`MultiHeadAttention`: one that calls it
+    with ``need_weights=True``, one that stores the weights in ``.attention_weights``
+    (batch, num_heads, n_queries, n_keys), detached, and returns the output alone. The modules are
+    not changed otherwise; turning it off removes the hooks and the stored weights.
 
     Args:
         model: any module; its submodules are searched.
-        on: the new value of the flag.
+        on: keep the weights (``True``) or stop (``False``).
 
     Returns:
-        The number of modules toggled.
+        The number of attention modules.
+
+    Examples:
+        >>> mha = MultiHeadAttention(8, 2)
+        >>> store_attention_weights(mha)
+        1
+        >>> _ = mha(torch.randn(1, 3, 8), torch.randn(1, 5, 8), torch.randn(1, 5, 8))
+        >>> mha.attention_weights.shape
+        torch.Size([1, 2, 3, 5])
+        >>> store_attention_weights(mha, False), mha.attention_weights
+        (1, None)
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    if not isinstance(on, bool):
-        raise TypeError(f"on must be a bool, got {type(on).__name__}")
+    check_bool(on, "on")
     count = 0
     for module in model.modules():
-        if isinstance(module, MultiHeadAttention) or isinstance(getattr(module, "store_weights", None), bool):
-            module.store_weights = on
-            if not on and hasattr(module, "attention_weights"):
-                module.attention_weights = None
-            count += 1
+        if not isinstance(module, MultiHeadAttention):
+            continue
+        count += 1
+        handles = module.__dict__.pop("_weight_hooks", ())
+        for handle in handles:
+            handle.remove()
+        module.attention_weights = None
+        if on:
+            module._weight_hooks = (module.register_forward_pre_hook(_ask_for_weights, with_kwargs=True),
+                                    module.register_forward_hook(_keep_weights, with_kwargs=True))
     return count

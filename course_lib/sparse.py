@@ -49,7 +49,7 @@ from torch.utils._pytree import tree_flatten
 
 from ._validation import as_lengths, check_floating, check_ndim, check_positive_int, check_probability, check_tensor
 from .masking import causal_mask, lengths_to_mask, masked_softmax
-from .multihead import KVCache, MultiHeadAttention
+from .multihead import KVCache, MultiHeadAttention, store_attention_weights
 from .transformer import TransformerDecoderBlock, TransformerEncoderBlock
 
 __all__ = [
@@ -482,11 +482,11 @@ class SparseMultiHeadAttention(MultiHeadAttention):
     ``forward(queries, keys, values, valid_lens=None, causal=False, mask=None, kv_cache=None)``.
     ``causal`` selects the causal variant of the pattern. Every head uses the same pattern.
 
-    Three paths, equal up to rounding (tested):
+    Three kernels, equal up to rounding (tested):
 
     - the default: :func:`strided_attention` / :func:`fixed_attention`, O(n sqrt n) memory;
-    - ``store_weights = True``: the explicit path with the dense pattern mask, keeping the
-      (batch, h, n, n) weights in ``.attention_weights`` for plots (small n only);
+    - ``need_weights=True`` (or :func:`~course_lib.multihead.store_attention_weights`): the explicit
+      path with the dense pattern mask, which returns the (batch, h, n, n) weights (small n only);
     - with a ``kv_cache`` (incremental decoding): the new queries attend to the cached keys through
       their rows of the pattern, (n_new, n_keys), bottom-right aligned.
 
@@ -528,7 +528,6 @@ class SparseMultiHeadAttention(MultiHeadAttention):
         sparse.to(device=attention.W_q.weight.device, dtype=attention.W_q.weight.dtype)
         sparse.load_state_dict(attention.state_dict())
         sparse.train(attention.training)
-        sparse.store_weights = attention.store_weights
         return sparse
 
     def stride_for(self, n: int) -> int:
@@ -547,7 +546,8 @@ class SparseMultiHeadAttention(MultiHeadAttention):
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                 valid_lens: torch.Tensor | None = None, causal: bool = False,
-                mask: torch.Tensor | None = None, kv_cache: KVCache | None = None) -> torch.Tensor:
+                mask: torch.Tensor | None = None, kv_cache: KVCache | None = None,
+                need_weights: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Sparse self-attention in every head.
 
         Args:
@@ -562,12 +562,14 @@ class SparseMultiHeadAttention(MultiHeadAttention):
                 matrix this module avoids (use :class:`MultiHeadAttention` for it).
             kv_cache: optional :class:`KVCache` for incremental decoding; query ``t`` of the new ones
                 sits at position ``n_keys - n_new + t``.
+            need_weights: also return the (batch, h, n_queries, n_keys) weights (the explicit path).
 
         Returns:
-            (batch, n, num_hiddens)
+            (batch, n, num_hiddens); with ``need_weights``, also the weights.
         """
         self._check_inputs(queries, keys, values, kv_cache)
         _check_bool(causal, "causal")
+        _check_bool(need_weights, "need_weights")
         batch, n_q = queries.shape[:2]
         n_k = keys.shape[1] + (0 if kv_cache is None else len(kv_cache))
         if kv_cache is None and n_q != n_k:
@@ -583,18 +585,20 @@ class SparseMultiHeadAttention(MultiHeadAttention):
         q, k, v = self._project(queries, keys, values)  # (B, h, T, d_h) each
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)
-        if self.store_weights or kv_cache is not None:
+        weights = None
+        if need_weights or kv_cache is not None:
             keep = self._dense_keep(n_q, n_k, stride, causal, key_mask, lens, device)
-            out = self._explicit_attention(q, k, v, keep) if self.store_weights else (
-                self._fast_attention(q, k, v, keep, False))
+            if need_weights:
+                out, weights = self._explicit_attention(q, k, v, keep)
+            else:
+                out = self._fast_attention(q, k, v, keep, False)
         else:
-            self.attention_weights = None
             sparse = strided_attention if self.pattern == "strided" else fixed_attention
             extra = {} if self.pattern == "strided" else {"c": self.c}
             out = sparse(q, k, v, stride, causal=causal, valid_lens=lens, key_mask=key_mask,
                          dropout_p=self.dropout.p if self.training else 0.0, **extra)
-        out = out.transpose(1, 2).reshape(batch, n_q, self.num_hiddens)  # concatenate the heads
-        return self.W_o(out)
+        out = self.W_o(out.transpose(1, 2).reshape(batch, n_q, self.num_hiddens))  # concatenate the heads
+        return (out, weights) if need_weights else out
 
     def _dense_keep(self, n_q: int, n_k: int, stride: int, causal: bool, key_mask: torch.Tensor | None,
                     lens: torch.Tensor | None, device: torch.device) -> torch.Tensor:
@@ -650,7 +654,11 @@ def use_sparse_attention(model: nn.Module, pattern: Literal["strided", "fixed"] 
         name = ("attention" if isinstance(module, TransformerEncoderBlock) else
                 "self_attention" if isinstance(module, TransformerDecoderBlock) else None)
         if name is not None:
-            setattr(module, name, SparseMultiHeadAttention.from_dense(getattr(module, name), pattern, stride, c))
+            dense = getattr(module, name)
+            sparse = SparseMultiHeadAttention.from_dense(dense, pattern, stride, c)
+            if getattr(dense, "_weight_hooks", None):  # store_attention_weights was on: keep it on
+                store_attention_weights(sparse)
+            setattr(module, name, sparse)
             count += 1
     if count == 0:
         raise ValueError(f"model ({type(model).__name__}) contains no TransformerEncoderBlock or "

@@ -41,7 +41,7 @@ def torch_twin(mha: MultiHeadAttention) -> nn.MultiheadAttention:
 
 
 def run(mha: MultiHeadAttention, *args, explicit: bool, **kwargs) -> torch.Tensor:
-    mha.store_weights = explicit
+    store_attention_weights(mha, explicit)
     return mha(*args, **kwargs)
 
 
@@ -272,7 +272,7 @@ def test_self_attention_is_permutation_equivariant(perm, explicit, seed):
 @pytest.mark.parametrize("explicit", [False, True])
 def test_gradcheck_float64(explicit):
     mha = make_mha(True, seed=14, d=4, h=2, dtype=torch.float64)
-    mha.store_weights = explicit
+    store_attention_weights(mha, explicit)
     queries = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
     keys = torch.randn(2, 4, 4, dtype=torch.float64, requires_grad=True)
     values = torch.randn(2, 4, 4, dtype=torch.float64, requires_grad=True)
@@ -283,7 +283,7 @@ def test_gradcheck_float64(explicit):
 
 def test_attention_weights_are_a_distribution_over_allowed_keys():
     mha = make_mha(False, seed=15)
-    mha.store_weights = True
+    store_attention_weights(mha, True)
     queries, keys = torch.randn(2, 3, D), torch.randn(2, 5, D)
     mha(queries, keys, keys, valid_lens=torch.tensor([5, 2]))
     weights = mha.attention_weights
@@ -295,7 +295,7 @@ def test_attention_weights_are_a_distribution_over_allowed_keys():
 
 def test_notes_shapes():
     mha = MultiHeadAttention(512, 8).eval()
-    mha.store_weights = True
+    store_attention_weights(mha, True)
     x = torch.randn(30, 50, 512)
     assert mha(x, x, x, valid_lens=torch.randint(1, 51, (30,))).shape == (30, 50, 512)
     assert mha.attention_weights.shape == (30, 8, 50, 50)
@@ -324,11 +324,12 @@ def test_store_attention_weights_toggles_every_attention_module():
     assert store_attention_weights(model) == 3
     x = torch.randn(1, 2, D)
     for block in model.blocks:
-        assert block.store_weights
         block(x, x, x)
         assert block.attention_weights.shape == (1, H, 2, 2)
     assert store_attention_weights(model, on=False) == 3
-    assert all(not b.store_weights and b.attention_weights is None for b in model.blocks)
+    assert all(b.attention_weights is None for b in model.blocks)
+    model.blocks[0](x, x, x)
+    assert model.blocks[0].attention_weights is None  # the hooks are gone
     with pytest.raises(TypeError, match="model"):
         store_attention_weights("not a model")
 
@@ -453,3 +454,16 @@ def test_valid_lens_may_be_a_list_or_a_tensor():
     mha = MultiHeadAttention(8, 2).eval()
     q = torch.randn(2, 4, 8)
     torch.testing.assert_close(mha(q, q, q, valid_lens=[4, 2]), mha(q, q, q, valid_lens=torch.tensor([4, 2])))
+
+
+def test_need_weights_returns_the_explicit_paths_weights_beside_the_same_output():
+    torch.manual_seed(2)
+    mha = MultiHeadAttention(D, H).eval()
+    q, kv = torch.randn(2, 3, D), torch.randn(2, 5, D)
+    lens = torch.tensor([5, 2])
+    out, weights = mha(q, kv, kv, valid_lens=lens, need_weights=True)
+    torch.testing.assert_close(out, mha(q, kv, kv, valid_lens=lens))
+    assert weights.shape == (2, H, 3, 5)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, H, 3))
+    assert torch.all(weights[1, :, :, 2:] == 0)
+    assert not hasattr(mha, "store_weights")  # no flag switches the algorithm
