@@ -1,8 +1,12 @@
-"""Benchmark: ``course_lib.MultiHeadAttention`` against ``torch.nn.MultiheadAttention``.
+"""Benchmark: ``course_lib.MultiHeadAttention`` against ``torch.nn.MultiheadAttention`` and D2L's.
 
-Forward + backward of self-attention with key padding (random valid lengths), same weights, both
+Forward + backward of self-attention with key padding (random valid lengths), same weights, all
 in training mode with dropout 0; ``torch.nn.MultiheadAttention`` gets ``batch_first=True`` and
-``need_weights=False`` (its fastest path). The two are timed in one run, interleaved (the order
+``need_weights=False`` (its fastest path). The third peer, :class:`D2LMultiHeadAttention`, is the
+multi-head attention of *Dive into Deep Learning* (the book this course's names follow), written
+here from its description: bias-free linear projections, ``transpose_qkv`` to fold the heads into
+the batch, scaled dot-product attention whose masked softmax fills the padded scores with -1e6
+(``sequence_mask``), ``transpose_output`` and ``W_o``. The three are timed in one run, interleaved (the order
 alternates each repetition) so that a change of machine load hits both; the table reports the
 median time over the repetitions and, as the ratio, the median of the per-repetition ratios (in
 wall-clock time, and in process CPU time, which a busy machine disturbs less).
@@ -48,6 +52,9 @@ class Result:
     torch_s: float
     ratio: float
     cpu_ratio: float
+    d2l_s: float
+    d2l_ratio: float
+    d2l_cpu_ratio: float
 
 
 def _sync(device: torch.device) -> None:
@@ -163,9 +170,76 @@ def _copy_weights(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> No
         theirs.out_proj.weight.copy_(ours.W_o.weight)
 
 
+def _d2l_sequence_mask(X: torch.Tensor, valid_len: torch.Tensor, value: float = 0.0) -> torch.Tensor:
+    """D2L's sequence_mask: set ``X[i, j] = value`` for ``j >= valid_len[i]`` (in place); X is (n, T)."""
+    keep = torch.arange(X.shape[1], dtype=torch.float32, device=X.device)[None, :] < valid_len[:, None]
+    X[~keep] = value
+    return X
+
+
+def _d2l_masked_softmax(X: torch.Tensor, valid_lens: torch.Tensor | None) -> torch.Tensor:
+    """D2L's masked_softmax: masked scores become -1e6 before the softmax over the last axis."""
+    if valid_lens is None:
+        return nn.functional.softmax(X, dim=-1)
+    shape = X.shape
+    if valid_lens.dim() == 1:
+        valid_lens = torch.repeat_interleave(valid_lens, shape[1])
+    else:
+        valid_lens = valid_lens.reshape(-1)
+    X = _d2l_sequence_mask(X.reshape(-1, shape[-1]), valid_lens, value=-1e6)
+    return nn.functional.softmax(X.reshape(shape), dim=-1)
+
+
+class _D2LDotProductAttention(nn.Module):
+    def __init__(self, dropout: float) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                valid_lens: torch.Tensor | None = None) -> torch.Tensor:
+        d = queries.shape[-1]
+        scores = torch.bmm(queries, keys.transpose(1, 2)) / d**0.5  # (B * h, Tq, Tk)
+        self.attention_weights = _d2l_masked_softmax(scores, valid_lens)
+        return torch.bmm(self.dropout(self.attention_weights), values)
+
+
+class D2LMultiHeadAttention(nn.Module):
+    """The peer: D2L's multi-head attention (heads folded into the batch axis), as the book describes it."""
+
+    def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, bias: bool = False) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.attention = _D2LDotProductAttention(dropout)
+        self.W_q = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        self.W_k = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        self.W_v = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+
+    def transpose_qkv(self, X: torch.Tensor) -> torch.Tensor:
+        # (B, T, d) -> (B, T, h, d/h) -> (B, h, T, d/h) -> (B * h, T, d/h)
+        X = X.reshape(X.shape[0], X.shape[1], self.num_heads, -1).permute(0, 2, 1, 3)
+        return X.reshape(-1, X.shape[2], X.shape[3])
+
+    def transpose_output(self, X: torch.Tensor) -> torch.Tensor:
+        # (B * h, T, d/h) -> (B, h, T, d/h) -> (B, T, h, d/h) -> (B, T, d)
+        X = X.reshape(-1, self.num_heads, X.shape[1], X.shape[2]).permute(0, 2, 1, 3)
+        return X.reshape(X.shape[0], X.shape[1], -1)
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                valid_lens: torch.Tensor | None) -> torch.Tensor:
+        queries = self.transpose_qkv(self.W_q(queries))
+        keys = self.transpose_qkv(self.W_k(keys))
+        values = self.transpose_qkv(self.W_v(values))
+        if valid_lens is not None:
+            # One copy of each length per head.
+            valid_lens = torch.repeat_interleave(valid_lens, repeats=self.num_heads, dim=0)
+        output = self.attention(queries, keys, values, valid_lens)
+        return self.W_o(self.transpose_output(output))
+
+
 def bench_config(batch: int, length: int, num_hiddens: int, num_heads: int, device: torch.device,
                  repeats: int = 9, n_inner: int = 5, seed: int = 0) -> Timings:
-    """Forward+backward timings of ours (``"ours"``) and ``torch.nn.MultiheadAttention`` (``"torch"``).
+    """Forward+backward timings of ours (``"ours"``), ``torch.nn.MultiheadAttention`` (``"torch"``), D2L (``"d2l"``).
 
     Args:
         batch, length, num_hiddens, num_heads: the problem size; inputs are (batch, length, num_hiddens).
@@ -183,6 +257,8 @@ def bench_config(batch: int, length: int, num_hiddens: int, num_heads: int, devi
             p.copy_(torch.randn(p.shape, generator=gen) / num_hiddens**0.5)
     theirs = nn.MultiheadAttention(num_hiddens, num_heads, bias=False, batch_first=True).to(device).train()
     _copy_weights(ours, theirs)
+    d2l = D2LMultiHeadAttention(num_hiddens, num_heads).to(device).train()
+    d2l.load_state_dict(ours.state_dict())
     x = torch.randn(batch, length, num_hiddens, generator=gen).to(device).requires_grad_(True)
     grad_out = torch.randn(batch, length, num_hiddens, generator=gen).to(device)
     valid_lens = torch.randint(1, length + 1, (batch,), generator=gen).to(device)
@@ -199,16 +275,27 @@ def bench_config(batch: int, length: int, num_hiddens: int, num_heads: int, devi
         x.grad = None
         theirs(x, x, x, key_padding_mask=key_padding_mask, need_weights=False)[0].backward(grad_out)
 
-    return compare_timings({"ours": step_ours, "torch": step_torch}, device, repeats=repeats, n_inner=n_inner)
+    def step_d2l() -> None:
+        d2l.zero_grad(set_to_none=True)
+        x.grad = None
+        d2l(x, x, x, valid_lens).backward(grad_out)
+
+    with torch.no_grad():  # the three compute the same function (the padded queries aside: D2L masks keys only)
+        for peer in (lambda: theirs(x, x, x, key_padding_mask=key_padding_mask, need_weights=False)[0],
+                     lambda: d2l(x, x, x, valid_lens)):
+            torch.testing.assert_close(peer(), ours(x, x, x, valid_lens=valid_lens), rtol=1e-4, atol=1e-4)
+    return compare_timings({"ours": step_ours, "torch": step_torch, "d2l": step_d2l}, device, repeats=repeats,
+                           n_inner=n_inner)
 
 
 def format_table(results: list[Result], device: torch.device) -> str:
     """Plain-text table, columns aligned."""
-    header = ["config", "shape (B, T, d, h)", "ours (ms)", "torch (ms)", "ours/torch", "(cpu time)"]
-    rows = [[r.label, r.shape, f"{1e3 * r.ours_s:.2f}", f"{1e3 * r.torch_s:.2f}", f"{r.ratio:.2f}",
-             f"{r.cpu_ratio:.2f}"] for r in results]
-    title = (f"MultiHeadAttention forward+backward with key padding vs torch.nn.MultiheadAttention "
-             f"({environment(device)}); ratios: median over repetitions of ours/torch")
+    header = ["config", "shape (B, T, d, h)", "ours (ms)", "torch (ms)", "d2l (ms)", "ours/torch", "(cpu time)",
+              "ours/d2l", "(cpu time)"]
+    rows = [[r.label, r.shape, f"{1e3 * r.ours_s:.2f}", f"{1e3 * r.torch_s:.2f}", f"{1e3 * r.d2l_s:.2f}",
+             f"{r.ratio:.2f}", f"{r.cpu_ratio:.2f}", f"{r.d2l_ratio:.2f}", f"{r.d2l_cpu_ratio:.2f}"] for r in results]
+    title = (f"MultiHeadAttention forward+backward with key padding vs torch.nn.MultiheadAttention and D2L's "
+             f"({environment(device)}); ratios: median over repetitions of ours/peer")
     return table(title, header, rows)
 
 
@@ -232,7 +319,8 @@ def main(repeats: int = 9, n_inner: int = 5) -> list[Result]:
     for label, batch, length, num_hiddens, num_heads in CONFIGS:
         t = bench_config(batch, length, num_hiddens, num_heads, device, repeats, n_inner)
         results.append(Result(label, f"({batch}, {length}, {num_hiddens}, {num_heads})", t.median("ours"),
-                              t.median("torch"), t.ratio("ours", "torch"), t.ratio("ours", "torch", "cpu")))
+                              t.median("torch"), t.ratio("ours", "torch"), t.ratio("ours", "torch", "cpu"),
+                              t.median("d2l"), t.ratio("ours", "d2l"), t.ratio("ours", "d2l", "cpu")))
     print(format_table(results, device))
     return results
 
