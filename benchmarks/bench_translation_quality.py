@@ -214,7 +214,7 @@ def build_models(data) -> dict[str, tuple[nn.Module, dict]]:
     cl.set_seed(0)
     theirs = TorchTransformerSeq2Seq(V_src, V_tgt, NUM_HIDDENS, FFN_NUM_HIDDENS, NUM_HEADS, NUM_LAYERS, DROPOUT)
     cl.set_seed(0)
-    gru = cl.BahdanauSeq2Seq(cl.Seq2SeqRNNConfig(V_src, V_tgt, embed_size=NUM_HIDDENS, num_hiddens=NUM_HIDDENS,
+    gru = cl.BahdanauSeq2Seq(cl.Seq2SeqRNNConfig(V_src, V_tgt, embed_size=NUM_HIDDENS, hidden_size=NUM_HIDDENS,
                                                  num_layers=NUM_LAYERS, dropout=DROPOUT))
     return {
         "course_lib.Transformer": (ours, transformer_kw),

@@ -177,8 +177,11 @@ def load_checkpoint(path: str | os.PathLike, device: torch.device | str | None =
     if name not in classes:
         raise CheckpointError(f"{path} holds a model of unknown class {name!r}; known: {sorted(classes)}")
     model_class, config_class = classes[name]
+    stored = dict(content["config"]) if isinstance(content["config"], dict) else content["config"]
+    if name in ("BahdanauSeq2Seq", "Seq2SeqRNN") and isinstance(stored, dict) and "num_hiddens" in stored:
+        stored["hidden_size"] = stored.pop("num_hiddens")  # the GRU size's name before course_lib 0.1's rename
     try:
-        config = config_class(**content["config"])
+        config = config_class(**stored)
         model = model_class(config)
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: its {name} config cannot build a model: {_first_line(e)}") from e

@@ -136,7 +136,7 @@ def _build_model(kind: str, data):
     if kind == "rnn":
         from .rnn import BahdanauSeq2Seq, Seq2SeqRNNConfig
 
-        config = Seq2SeqRNNConfig(src_size, tgt_size, embed_size=64, num_hiddens=128, num_layers=2, dropout=0.1)
+        config = Seq2SeqRNNConfig(src_size, tgt_size, embed_size=64, hidden_size=128, num_layers=2, dropout=0.1)
         return BahdanauSeq2Seq(config), {"lr": 3e-3, "warmup_steps": 0}
     from .transformer import Transformer, TransformerConfig
 

@@ -57,7 +57,7 @@ class Seq2SeqRNNConfig:
     Args:
         src_vocab_size, tgt_vocab_size: vocabulary sizes (special tokens included).
         embed_size: E, size of the token embeddings.
-        num_hiddens: H, size of the GRU hidden states (and of the attention's hidden layer).
+        hidden_size: H, size of the GRU hidden states (and of the attention's hidden layer).
         num_layers: L, stacked GRU layers in the encoder and in the decoder.
         dropout: dropout between GRU layers and on the attention weights.
         pad_id: id of ``<pad>`` (its embedding gets no gradient).
@@ -66,13 +66,13 @@ class Seq2SeqRNNConfig:
     src_vocab_size: int
     tgt_vocab_size: int
     embed_size: int = 32
-    num_hiddens: int = 64
+    hidden_size: int = 64
     num_layers: int = 2
     dropout: float = 0.1
     pad_id: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("src_vocab_size", "tgt_vocab_size", "embed_size", "num_hiddens", "num_layers"):
+        for name in ("src_vocab_size", "tgt_vocab_size", "embed_size", "hidden_size", "num_layers"):
             check_positive_int(getattr(self, name), name)
         check_probability(self.dropout, "dropout")
         check_pad_id(self.pad_id, self.src_vocab_size, self.tgt_vocab_size)
@@ -107,7 +107,7 @@ class RNNDecoderState:
 def _gru(input_size: int, config: Seq2SeqRNNConfig) -> nn.GRU:
     # nn.GRU warns when asked for dropout with one layer: dropout only acts between layers.
     dropout = config.dropout if config.num_layers > 1 else 0.0
-    return nn.GRU(input_size, config.num_hiddens, config.num_layers, dropout=dropout, batch_first=True)
+    return nn.GRU(input_size, config.hidden_size, config.num_layers, dropout=dropout, batch_first=True)
 
 
 class RNNEncoder(nn.Module):
@@ -155,8 +155,8 @@ class Seq2SeqDecoder(nn.Module):
     def __init__(self, config: Seq2SeqRNNConfig) -> None:
         super().__init__()
         self.embedding = nn.Embedding(config.tgt_vocab_size, config.embed_size, padding_idx=config.pad_id)
-        self.rnn = _gru(config.embed_size + config.num_hiddens, config)
-        self.dense = nn.Linear(config.num_hiddens, config.tgt_vocab_size)
+        self.rnn = _gru(config.embed_size + config.hidden_size, config)
+        self.dense = nn.Linear(config.hidden_size, config.tgt_vocab_size)
 
     def forward(self, tgt_in: torch.Tensor, state: RNNDecoderState) -> tuple[torch.Tensor, RNNDecoderState]:
         """Run the decoder over ``tgt_in`` (B, T) in one call; returns logits (B, T, V) and the new state."""
@@ -181,7 +181,7 @@ class BahdanauDecoder(nn.Module):
 
     def __init__(self, config: Seq2SeqRNNConfig) -> None:
         super().__init__()
-        H = config.num_hiddens
+        H = config.hidden_size
         self.attention = AdditiveAttention(H, config.dropout, query_size=H, key_size=H)
         self.embedding = nn.Embedding(config.tgt_vocab_size, config.embed_size, padding_idx=config.pad_id)
         self.rnn = _gru(config.embed_size + H, config)

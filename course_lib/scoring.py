@@ -226,25 +226,26 @@ class AdditiveAttention(_ScoredAttention):
     projections are ``nn.LazyLinear`` and take their input size from the first call (as in D2L).
 
     Args:
-        num_hiddens: h, the size of the hidden layer.
+        hidden_size: h, the size of the hidden layer (``num_hiddens`` in D2L; here that name is kept for
+            the model width d).
         dropout: dropout rate on the attention weights.
         query_size, key_size: d_q and d_k, when known up front.
     """
 
     _same_dim = False
 
-    def __init__(self, num_hiddens: int, dropout: float = 0.0, query_size: int | None = None,
+    def __init__(self, hidden_size: int, dropout: float = 0.0, query_size: int | None = None,
                  key_size: int | None = None) -> None:
         super().__init__(dropout)
-        check_positive_int(num_hiddens, "num_hiddens")
+        check_positive_int(hidden_size, "hidden_size")
         for name, size in (("query_size", query_size), ("key_size", key_size)):
             if size is not None:
                 check_positive_int(size, name)
-        self.W_q = (nn.Linear(query_size, num_hiddens, bias=False) if query_size is not None
-                    else nn.LazyLinear(num_hiddens, bias=False))
-        self.W_k = (nn.Linear(key_size, num_hiddens, bias=False) if key_size is not None
-                    else nn.LazyLinear(num_hiddens, bias=False))
-        self.w_v = nn.Linear(num_hiddens, 1, bias=False)
+        self.W_q = (nn.Linear(query_size, hidden_size, bias=False) if query_size is not None
+                    else nn.LazyLinear(hidden_size, bias=False))
+        self.W_k = (nn.Linear(key_size, hidden_size, bias=False) if key_size is not None
+                    else nn.LazyLinear(hidden_size, bias=False))
+        self.w_v = nn.Linear(hidden_size, 1, bias=False)
 
     def score(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         for name, t, layer in (("queries", queries, self.W_q), ("keys", keys, self.W_k)):

@@ -20,7 +20,7 @@ def _vocabs():
 def _rnn(cls=BahdanauSeq2Seq, seed=0):
     src, tgt = _vocabs()
     torch.manual_seed(seed)
-    config = Seq2SeqRNNConfig(len(src), len(tgt), embed_size=8, num_hiddens=12, num_layers=2, dropout=0.1)
+    config = Seq2SeqRNNConfig(len(src), len(tgt), embed_size=8, hidden_size=12, num_layers=2, dropout=0.1)
     return cls(config), src, tgt
 
 
@@ -61,7 +61,7 @@ def test_checkpoint_content_is_plain_data_for_a_weights_only_load(tmp_path):
     save_checkpoint(tmp_path / "m.pt", model, src, tgt)
     content = torch.load(tmp_path / "m.pt", weights_only=True)
     assert content["model_class"] == "BahdanauSeq2Seq"
-    assert content["config"]["num_hiddens"] == 12
+    assert content["config"]["hidden_size"] == 12
     assert isinstance(content["format_version"], int)
     assert os.listdir(tmp_path) == ["m.pt"]  # no temporary file left behind
 
@@ -118,7 +118,7 @@ def test_state_dict_with_a_missing_key_is_named(tmp_path):
 
 def test_state_dict_that_does_not_fit_the_config_is_named(tmp_path):
     # Weights of a wider model under the config of a narrower one.
-    path = _resave(tmp_path, lambda c: c["config"].update(num_hiddens=10))
+    path = _resave(tmp_path, lambda c: c["config"].update(hidden_size=10))
     with pytest.raises(CheckpointError, match=r"wrong shape: .*\(checkpoint \(.*12.*\), model \(.*10.*\)\)"):
         load_checkpoint(path, device="cpu")
 
@@ -176,7 +176,7 @@ OFF_DEFAULT = {
         ffn_num_hiddens=20, num_heads=3, num_enc_layers=1, num_dec_layers=3, dropout=0.3, max_len=40,
         norm_first=True, positional="learned", pad_id=3)),
     "bahdanau": lambda n_src, n_tgt: BahdanauSeq2Seq(_off_default(
-        Seq2SeqRNNConfig, src_vocab_size=n_src, tgt_vocab_size=n_tgt, embed_size=5, num_hiddens=7, num_layers=3,
+        Seq2SeqRNNConfig, src_vocab_size=n_src, tgt_vocab_size=n_tgt, embed_size=5, hidden_size=7, num_layers=3,
         dropout=0.3, pad_id=3)),
 }
 
@@ -193,3 +193,13 @@ def test_round_trip_keeps_every_config_field_off_its_default(tmp_path, name):
         assert k == k2 and torch.equal(v, v2)
     dropouts = {m.p for m in loaded.modules() if isinstance(m, torch.nn.Dropout)}
     assert dropouts <= {0.3}
+
+
+def test_a_gru_checkpoint_saved_before_the_hidden_size_rename_still_loads(tmp_path):
+    model, src_vocab, tgt_vocab = _rnn()
+    path = save_checkpoint(tmp_path / "m.pt", model, src_vocab, tgt_vocab)
+    content = torch.load(path, weights_only=True)
+    content["config"]["num_hiddens"] = content["config"].pop("hidden_size")
+    torch.save(content, path)
+    loaded, _, _, _ = load_checkpoint(path, device="cpu")
+    assert loaded.config == model.config

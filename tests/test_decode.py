@@ -49,7 +49,7 @@ def _table_model(seed=0, n_src=3, V=5, T=6, scale=2.0):
 
 def _rnn(cls=BahdanauSeq2Seq, seed=0, V=7):
     torch.manual_seed(seed)
-    model = cls(Seq2SeqRNNConfig(9, V, embed_size=6, num_hiddens=8, num_layers=1, dropout=0.0))
+    model = cls(Seq2SeqRNNConfig(9, V, embed_size=6, hidden_size=8, num_layers=1, dropout=0.0))
     # Larger weights than the initialisation give peaked, varied next-token distributions.
     with torch.no_grad():
         for p in model.parameters():

@@ -10,7 +10,7 @@ SRC_V, TGT_V = 11, 9
 
 
 def _config(**kw):
-    base = dict(src_vocab_size=SRC_V, tgt_vocab_size=TGT_V, embed_size=6, num_hiddens=8, num_layers=2,
+    base = dict(src_vocab_size=SRC_V, tgt_vocab_size=TGT_V, embed_size=6, hidden_size=8, num_layers=2,
                 dropout=0.0)
     base.update(kw)
     return Seq2SeqRNNConfig(**base)
@@ -158,7 +158,7 @@ def test_pad_embedding_gets_no_gradient():
     "kw, error, match",
     [
         (dict(src_vocab_size=0), ValueError, "src_vocab_size"),
-        (dict(num_hiddens=2.5), TypeError, "num_hiddens"),
+        (dict(hidden_size=2.5), TypeError, "hidden_size"),
         (dict(num_layers=0), ValueError, "num_layers"),
         (dict(dropout=1.0), ValueError, "dropout"),
         (dict(pad_id=TGT_V), ValueError, "pad_id"),
@@ -173,7 +173,7 @@ def test_config_rejects_bad_values(kw, error, match):
 def test_config_is_frozen_and_model_requires_it():
     config = _config()
     with pytest.raises(AttributeError):
-        config.num_hiddens = 3
+        config.hidden_size = 3
     with pytest.raises(TypeError, match="Seq2SeqRNNConfig"):
         BahdanauSeq2Seq({"src_vocab_size": 3})
 

@@ -438,12 +438,12 @@ def test_non_positive_temperature_is_rejected(temperature):
     lambda: BilinearAttention(3, key_size=0),
 ])
 def test_bad_constructor_arguments_are_rejected(build):
-    with pytest.raises(ValueError, match="dropout|num_hiddens|query_size|key_size"):
+    with pytest.raises(ValueError, match="dropout|hidden_size|query_size|key_size"):
         build()
 
 
 def test_non_int_sizes_are_a_type_error():
-    with pytest.raises(TypeError, match="num_hiddens must be an int"):
+    with pytest.raises(TypeError, match="hidden_size must be an int"):
         AdditiveAttention(4.0)
     with pytest.raises(TypeError, match="query_size must be an int"):
         BilinearAttention(3.5)

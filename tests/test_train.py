@@ -43,7 +43,7 @@ def reverse_data(n_train=384, n_valid=48, n_test=48, seed=0, letters="abcdef"):
 
 def _model(data, seed=0, dropout=0.0):
     torch.manual_seed(seed)
-    config = Seq2SeqRNNConfig(len(data.src_vocab), len(data.tgt_vocab), embed_size=16, num_hiddens=32,
+    config = Seq2SeqRNNConfig(len(data.src_vocab), len(data.tgt_vocab), embed_size=16, hidden_size=32,
                               num_layers=1, dropout=dropout)
     return BahdanauSeq2Seq(config)
 

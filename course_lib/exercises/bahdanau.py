@@ -271,7 +271,7 @@ def check_greedy(answer: Callable) -> int:
     # Scaled-up weights and a larger <eos> bias make the outputs depend on the source and end at
     # different steps (an untrained model at its initial scale repeats one token).
     for Model, seed, scale in ((BahdanauSeq2Seq, 0, 4.0), (Seq2SeqRNN, 1, 3.0)):
-        config = Seq2SeqRNNConfig(src_vocab_size=13, tgt_vocab_size=11, embed_size=8, num_hiddens=16,
+        config = Seq2SeqRNNConfig(src_vocab_size=13, tgt_vocab_size=11, embed_size=8, hidden_size=16,
                                   num_layers=1, dropout=0.0)
         with torch.random.fork_rng(devices=[]):  # seed the initialisation without touching the caller's RNG
             torch.manual_seed(seed)
