@@ -167,3 +167,20 @@ def check_pad_id(pad_id: object, *vocab_sizes: int) -> int:
         sizes = " and ".join(str(v) for v in vocab_sizes)
         raise ValueError(f"pad_id must be a valid id in every vocabulary (sizes {sizes}), got {pad_id}")
     return pad_id
+
+
+def check_batch_index(index: object, batch_size: int, device: torch.device | str | None = None,
+                      name: str = "index") -> torch.Tensor:
+    """Validate (B',) integer row indices into a batch of ``batch_size`` (beam search's reordering).
+
+    Returns:
+        ``index`` as int64 on ``device``.
+    """
+    check_tensor(index, name)
+    check_ndim(index, name, 1, "(batch',)")
+    if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor, got dtype {index.dtype}")
+    if index.numel() and (int(index.min()) < 0 or int(index.max()) >= batch_size):
+        raise ValueError(f"{name} must lie in [0, {batch_size}) for a batch of {batch_size}, got values in "
+                         f"[{int(index.min())}, {int(index.max())}]")
+    return index.to(device=device if device is not None else index.device, dtype=torch.long)

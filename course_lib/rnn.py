@@ -30,11 +30,10 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ._validation import (
     as_lengths,
-    check_ndim,
+    check_batch_index,
     check_pad_id,
     check_positive_int,
     check_probability,
-    check_tensor,
     check_tokens,
 )
 from .scoring import AdditiveAttention
@@ -289,9 +288,7 @@ class _RNNSeq2SeqBase(nn.Module):
 
     def reorder_state(self, state: RNNDecoderState, index: torch.Tensor) -> RNNDecoderState:
         """Select / reorder / repeat the batch rows of ``state``: row ``i`` becomes old row ``index[i]``."""
-        check_tensor(index, "index")
-        check_ndim(index, "index", 1, "(batch',)")
-        return state.index_select(index.to(state.hidden.device).long())
+        return state.index_select(check_batch_index(index, state.hidden.shape[1], state.hidden.device))
 
 
 class Seq2SeqRNN(_RNNSeq2SeqBase):

@@ -37,6 +37,7 @@ from torch import nn
 
 from ._validation import (
     as_lengths,
+    check_batch_index,
     check_bool,
     check_floating,
     check_ndim,
@@ -306,13 +307,7 @@ class TransformerEncoder(_Stack):
 class TransformerDecoderBlock(nn.Module):
     """Masked self-attention, cross-attention to the encoder, then the FFN, each inside an :class:`AddNorm`.
 
-    Args:
-        num_hiddens: d.
-        ffn_num_hiddens: the FFN's hidden size.
-        num_heads: h; must divide ``num_hiddens``.
-        dropout: dropout on the attention weights, the sublayer outputs and the FFN's hidden layer.
-        norm_first: pre-norm instead of post-norm.
-        bias: give the attention projections a bias.
+    Args: as :class:`TransformerEncoderBlock` (the two attentions get the same sizes).
     """
 
     def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float = 0.0,
@@ -676,15 +671,7 @@ class Transformer(nn.Module):
             state: a decoder state (left unchanged).
             index: (B',) integer indices in ``[0, B)``.
         """
-        check_tensor(index, "index")
-        check_ndim(index, "index", 1, "(batch',)")
-        if index.is_floating_point() or index.dtype == torch.bool:
-            raise TypeError(f"index must be an integer tensor, got dtype {index.dtype}")
-        B = state.batch_size
-        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= B):
-            raise ValueError(f"index must lie in [0, {B}) for a state of batch {B}, got values in "
-                             f"[{int(index.min())}, {int(index.max())}]")
-        return state.index_select(index.to(state.src_mask.device, torch.long))
+        return state.index_select(check_batch_index(index, state.batch_size, state.src_mask.device))
 
     def _check_length(self, length: int, what: str) -> None:
         if length > self.config.max_len:

@@ -845,7 +845,7 @@ def test_bad_decoding_inputs_raise():
         model.reorder_state(state, [0, 1])
     with pytest.raises(ValueError, match=r"index must be 1-D"):
         model.reorder_state(state, torch.tensor([[0, 1]]))
-    with pytest.raises(ValueError, match=r"index must lie in \[0, 2\) for a state of batch 2"):
+    with pytest.raises(ValueError, match=r"index must lie in \[0, 2\) for a batch of 2"):
         model.reorder_state(state, torch.tensor([0, 2]))
     with pytest.raises(ValueError, match=r"index must lie in \[0, 2\)"):
         model.reorder_state(state, torch.tensor([-1]))
