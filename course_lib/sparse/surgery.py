@@ -1,0 +1,48 @@
+"""Model surgery: swap the self-attention of a Transformer for sparse attention, keeping the weights."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from torch import nn
+
+from ..multihead import store_attention_weights
+from ..transformer import TransformerDecoderBlock, TransformerEncoderBlock
+from .module import SparseMultiHeadAttention
+
+
+def use_sparse_attention(model: nn.Module, pattern: Literal["strided", "fixed"] = "strided",
+                         stride: int | None = None, c: int = 1) -> int:
+    """Replace the self-attention of every Transformer block in ``model`` by a sparse one, in place.
+
+    Encoder blocks (:class:`~course_lib.transformer.TransformerEncoderBlock`, attribute
+    ``attention``) get the non-causal pattern, decoder blocks
+    (:class:`~course_lib.transformer.TransformerDecoderBlock`, attribute ``self_attention``) the
+    causal one, since they call it with ``causal=True``. Cross-attention stays dense (its queries
+    and keys are different sequences). The new modules keep the old weights
+    (:meth:`SparseMultiHeadAttention.from_dense`), so a trained model can be switched.
+
+    Args:
+        model: a module containing Transformer blocks (a block, an encoder, a decoder, a Transformer).
+        pattern, stride, c: as in :class:`SparseMultiHeadAttention`.
+
+    Returns:
+        The number of attention modules replaced (already sparse ones are replaced too, with the new pattern).
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    count = 0
+    for module in list(model.modules()):
+        name = ("attention" if isinstance(module, TransformerEncoderBlock) else
+                "self_attention" if isinstance(module, TransformerDecoderBlock) else None)
+        if name is not None:
+            dense = getattr(module, name)
+            sparse = SparseMultiHeadAttention.from_dense(dense, pattern, stride, c)
+            if getattr(dense, "_weight_hooks", None):  # store_attention_weights was on: keep it on
+                store_attention_weights(sparse)
+            setattr(module, name, sparse)
+            count += 1
+    if count == 0:
+        raise ValueError(f"model ({type(model).__name__}) contains no TransformerEncoderBlock or "
+                         f"TransformerDecoderBlock whose self-attention could be replaced")
+    return count
