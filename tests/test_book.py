@@ -88,3 +88,14 @@ def test_chapters_have_four_exercises_a_setup_cell_and_checked_outputs(path):
     assert all(c.get("outputs") for c in checked), "a checked cell without a stored output checks nothing"
     errors = [o for c in code for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_figure_has_a_caption_and_alt_text(path):
+    nb = nbformat.read(path, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or not any("image/png" in o.get("data", {}) for o in cell.get("outputs", [])):
+            continue
+        options = cell.metadata.get("mystnb", {})
+        assert options.get("figure", {}).get("caption"), f"{path.name} cell {i}: a figure without a caption"
+        assert options.get("image", {}).get("alt"), f"{path.name} cell {i}: a figure without alt text"
