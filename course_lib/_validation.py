@@ -149,7 +149,7 @@ def as_lengths(lengths: object, name: str, max_len: int | None = None, shape: tu
     if shape is not None and tuple(lengths.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}{for_what}, got {tuple(lengths.shape)}")
     if lengths.numel():
-        low, high = int(lengths.min()), int(lengths.max())
+        low, high = (int(v) for v in torch.stack(torch.aminmax(lengths)).tolist())  # one device sync
         bound = f"[0, {max_len}]" if max_len is not None else "[0, inf)"
         if low < 0:
             raise ValueError(f"{name} must lie in {bound}{for_what} (lengths are non-negative), got values "
