@@ -373,11 +373,24 @@ def store_attention_weights(model: nn.Module, on: bool = True) -> int:
         if not isinstance(module, MultiHeadAttention):
             continue
         count += 1
-        handles = module.__dict__.pop("_weight_hooks", ())
-        for handle in handles:
-            handle.remove()
+        _remove_weight_hooks(module)
         module.attention_weights = None
         if on:
-            module._weight_hooks = (module.register_forward_pre_hook(_ask_for_weights, with_kwargs=True),
-                                    module.register_forward_hook(_keep_weights, with_kwargs=True))
+            module.register_forward_pre_hook(_ask_for_weights, with_kwargs=True)
+            module.register_forward_hook(_keep_weights, with_kwargs=True)
     return count
+
+
+def _remove_weight_hooks(module: nn.Module) -> None:
+    # Found by identity rather than through handles, so copies of a module (deepcopy) lose them too.
+    for hooks, with_kwargs, ours in ((module._forward_pre_hooks, module._forward_pre_hooks_with_kwargs,
+                                      _ask_for_weights),
+                                     (module._forward_hooks, module._forward_hooks_with_kwargs, _keep_weights)):
+        for key in [k for k, fn in hooks.items() if fn is ours]:
+            del hooks[key]
+            with_kwargs.pop(key, None)
+
+
+def _stores_weights(module: nn.Module) -> bool:
+    """Whether :func:`store_attention_weights` is on for ``module``."""
+    return any(fn is _keep_weights for fn in module._forward_hooks.values())

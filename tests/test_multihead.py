@@ -467,3 +467,16 @@ def test_need_weights_returns_the_explicit_paths_weights_beside_the_same_output(
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, H, 3))
     assert torch.all(weights[1, :, :, 2:] == 0)
     assert not hasattr(mha, "store_weights")  # no flag switches the algorithm
+
+
+def test_a_model_with_the_weights_hooks_on_can_be_deep_copied():
+    import copy
+
+    mha = MultiHeadAttention(D, H)
+    store_attention_weights(mha)
+    twin = copy.deepcopy(mha)
+    x = torch.randn(1, 2, D)
+    assert isinstance(twin(x, x, x), torch.Tensor) and twin.attention_weights.shape == (1, H, 2, 2)
+    store_attention_weights(twin, False)
+    twin(x, x, x)
+    assert twin.attention_weights is None and not twin._forward_hooks and not twin._forward_pre_hooks

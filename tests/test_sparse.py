@@ -671,3 +671,13 @@ def test_use_sparse_attention_needs_transformer_blocks():
         use_sparse_attention(torch.nn.Linear(2, 2))
     with pytest.raises(TypeError, match="model must be an nn.Module"):
         use_sparse_attention("model")
+
+
+def test_swapping_in_sparse_attention_keeps_the_weights_hooks_on():
+    from course_lib.transformer import TransformerEncoder
+
+    encoder = TransformerEncoder(20, D, 2 * D, H, 1)
+    store_attention_weights(encoder)
+    use_sparse_attention(encoder, "strided", 3)
+    encoder(torch.randint(0, 20, (2, 9)))
+    assert encoder.blocks[0].attention.attention_weights.shape == (2, H, 9, 9)

@@ -6,7 +6,7 @@ from typing import Literal
 
 from torch import nn
 
-from ..multihead import store_attention_weights
+from ..multihead import _stores_weights, store_attention_weights
 from ..transformer import TransformerDecoderBlock, TransformerEncoderBlock
 from .module import SparseMultiHeadAttention
 
@@ -38,7 +38,7 @@ def use_sparse_attention(model: nn.Module, pattern: Literal["strided", "fixed"] 
         if name is not None:
             dense = getattr(module, name)
             sparse = SparseMultiHeadAttention.from_dense(dense, pattern, stride, c)
-            if getattr(dense, "_weight_hooks", None):  # store_attention_weights was on: keep it on
+            if _stores_weights(dense):  # store_attention_weights was on: keep it on
                 store_attention_weights(sparse)
             setattr(module, name, sparse)
             count += 1
