@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import contextvars
+import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
 _CHECKERS: dict[str, tuple[Callable[[object], int | None], str]] = {}
+
+# Which set of cases a checker draws (0: the book's and the student notebook's; 1, 2, ...: the
+# autograder's hidden variants). Set only for the duration of one ``check`` call.
+_VARIANT: contextvars.ContextVar[int] = contextvars.ContextVar("course_lib_checker_variant", default=0)
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]  # course_lib/
 
 
 class ExerciseFailure(AssertionError):
@@ -29,6 +37,7 @@ class CheckResult:
         passed: every check passed.
         message: the feedback printed to the student.
         n_checks: how many checks ran (when passed).
+        checker_error: the checker itself failed (a bug in course_lib, not in the answer).
     """
 
     exercise: str
@@ -36,6 +45,16 @@ class CheckResult:
     passed: bool
     message: str
     n_checks: int = field(default=0)
+    checker_error: bool = field(default=False)
+
+    @property
+    def status(self) -> str:
+        """One word for a gradebook: passed, not answered, not yet right or checker error."""
+        if self.checker_error:
+            return "checker error"
+        if not self.answered:
+            return "not answered"
+        return "passed" if self.passed else "not yet right"
 
     def __bool__(self) -> bool:
         return self.passed
@@ -65,6 +84,32 @@ def expect(condition: bool, message: str) -> None:
     """Fail the check with ``message`` unless ``condition`` holds."""
     if not condition:
         raise ExerciseFailure(message)
+
+
+def generator(seed: int) -> torch.Generator:
+    """A CPU generator for a checker's random cases; hidden variants (``check(..., variant=k)``) shift the seed."""
+    return torch.Generator().manual_seed(seed + 7919 * _VARIANT.get())
+
+
+def call(answer: Callable, case: str, *args: object, **kwargs: object) -> object:
+    """Call the student's function; a crash becomes a failure that names the case.
+
+    ``NotImplementedError`` (the stub) and :class:`ExerciseFailure` pass through unchanged.
+    """
+    try:
+        return answer(*args, **kwargs)
+    except (NotImplementedError, ExerciseFailure):
+        raise
+    except Exception as error:
+        raise ExerciseFailure(f"{case}: your function raised {type(error).__name__}: {error}") from None
+
+
+def close(actual: object, expected: torch.Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
+    """Whether ``actual`` is a tensor of ``expected``'s shape with close values (compared in float64 on CPU)."""
+    if not isinstance(actual, torch.Tensor) or tuple(actual.shape) != tuple(expected.shape):
+        return False
+    actual = actual.detach().to("cpu", torch.float64)
+    return bool(torch.allclose(actual, expected.detach().to("cpu", torch.float64), atol=atol, rtol=rtol))
 
 
 def _fmt(t: object) -> str:
@@ -100,20 +145,41 @@ def _is_stub(answer: object) -> bool:
     return answer is None or answer is ...
 
 
-def check(exercise_id: str, answer: object, *, quiet: bool = False) -> CheckResult:
+def _is_library_file(filename: str) -> bool:
+    """Whether a traceback frame belongs to course_lib, the standard library or an installed package."""
+    path = Path(filename).resolve() if not filename.startswith("<") else None
+    if path is None:
+        return False  # <string>, <ipython-input-...>: code the student typed
+    if path.is_relative_to(_PACKAGE_DIR):
+        return True
+    prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    return any(path.is_relative_to(prefix) for prefix in prefixes)
+
+
+def _student_frame(error: BaseException) -> traceback.FrameSummary | None:
+    """The innermost traceback frame of code that is not the library's (the student's), if any."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not _is_library_file(f.filename)]
+    return frames[-1] if frames else None
+
+
+def check(exercise_id: str, answer: object, *, quiet: bool = False, variant: int = 0) -> CheckResult:
     """Run the checker of ``exercise_id`` on ``answer``, print feedback and return the result.
 
     Args:
         exercise_id: e.g. ``"scoring.masked_softmax"``; see :func:`list_exercises`.
         answer: what the exercise asks for (usually a function).
         quiet: do not print.
+        variant: 0 for the cases shown in the book; 1, 2, ... draw other random cases (the
+            autograder's hidden tests).
 
     Returns:
-        A :class:`CheckResult`. It never raises for a wrong or missing answer.
+        A :class:`CheckResult`. It never raises for a wrong or missing answer. An exception raised
+        by the checker's own code (not inside the student's code) is reported as a checker error.
     """
     if exercise_id not in _CHECKERS:
         raise KeyError(f"no exercise {exercise_id!r}; known: {', '.join(sorted(_CHECKERS))}")
     fn, _ = _CHECKERS[exercise_id]
+    token = _VARIANT.set(variant)
     try:
         if _is_stub(answer):
             raise _NotAnswered
@@ -127,13 +193,24 @@ def check(exercise_id: str, answer: object, *, quiet: bool = False) -> CheckResu
                              "`raise NotImplementedError` with your code and run the cell again).")
     except ExerciseFailure as failure:
         result = CheckResult(exercise_id, True, False, f"{exercise_id}: not yet right. {failure}")
-    except Exception as error:  # the student's code crashed: show where, not our internals
-        frame = traceback.extract_tb(error.__traceback__)[-1]
-        result = CheckResult(
-            exercise_id, True, False,
-            f"{exercise_id}: your code raised {type(error).__name__}: {error} "
-            f"(line {frame.lineno}: {frame.line})",
-        )
+    except Exception as error:
+        frame = _student_frame(error)
+        if frame is not None:  # the student's code crashed: show where, not our internals
+            result = CheckResult(
+                exercise_id, True, False,
+                f"{exercise_id}: your code raised {type(error).__name__}: {error} "
+                f"(line {frame.lineno}: {frame.line})",
+            )
+        else:  # no frame of the student's code: the checker itself is wrong
+            where = traceback.extract_tb(error.__traceback__)[-1]
+            result = CheckResult(
+                exercise_id, True, False,
+                f"{exercise_id}: the checker itself failed ({type(error).__name__}: {error}, in "
+                f"{Path(where.filename).name} line {where.lineno}). This is a bug in course_lib, not in your "
+                "answer: please report it.", checker_error=True,
+            )
+    finally:
+        _VARIANT.reset(token)
     if not quiet:
         print(result.message)
     return result

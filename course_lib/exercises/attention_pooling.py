@@ -13,17 +13,7 @@ from collections.abc import Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ._core import ExerciseFailure, checker, expect, expect_close
-
-
-def _call(answer: Callable, case: str, *args: object) -> object:
-    """Call the student's function; a crash becomes a failure that names the case."""
-    try:
-        return answer(*args)
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        raise ExerciseFailure(f"{case}: your function raised {type(error).__name__}: {error}") from None
+from ._core import ExerciseFailure, call, checker, expect, expect_close, generator
 
 
 class _SoftmaxSpy(TorchFunctionMode):
@@ -69,13 +59,13 @@ _WORKED_K = [[2.0, 1.0, -1.0], [0.0, 3.0, -1.0], [1.0, 1.0, 3.0]]
          "attention_weights(queries, keys): softmax(Q K^T) over the keys with exp and sum only, stable for "
          "large scores")
 def check_attention_weights(answer: Callable) -> int:
-    g = torch.Generator().manual_seed(11)
+    g = generator(11)
     n = 0
 
     def run(case: str, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         q_before, k_before = queries.clone(), keys.clone()
         with _SoftmaxSpy() as spy:
-            got = _call(answer, case, queries, keys)
+            got = call(answer, case, queries, keys)
         expect(not spy.used,
                f"{case}: your function calls torch's {', '.join(sorted(spy.used))}; the exercise asks you to "
                "build the weights from torch.exp and .sum only (softmax is what you are writing).")
@@ -187,7 +177,7 @@ def check_database_lookup(answer: Callable) -> int:
 
     def lookup(case: str, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> None:
         k_before, v_before = keys.clone(), values.clone()
-        got = _call(answer, case, query, keys, values)
+        got = call(answer, case, query, keys, values)
         expect(torch.equal(keys, k_before) and torch.equal(values, v_before),
                f"{case}: your function changed keys or values in place")
         expect(isinstance(got, tuple) and len(got) == 2,

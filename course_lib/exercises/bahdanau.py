@@ -21,18 +21,7 @@ from torch import nn
 
 from ..decode import greedy_decode
 from ..rnn import BahdanauSeq2Seq, Seq2SeqRNN, Seq2SeqRNNConfig
-from ._core import ExerciseFailure, checker, expect, expect_close
-
-
-def _call(answer: Callable, case: str, *args: object) -> object:
-    """Call the student's function; a crash becomes a failure that names the case."""
-    try:
-        return answer(*args)
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        raise ExerciseFailure(f"{case}: your function raised {type(error).__name__}: {error}") from None
-
+from ._core import ExerciseFailure, call, checker, close, expect, expect_close, generator
 
 # --- bahdanau.context ---------------------------------------------------------------------------
 
@@ -78,15 +67,11 @@ def _context_case(g: torch.Generator, B: int, S: int, H_dec: int, H_enc: int, h:
     return s, enc, torch.tensor(lens), W_q, W_k, w_v
 
 
-def _close(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-5) -> bool:
-    return tuple(a.shape) == tuple(b.shape) and bool(torch.allclose(a.double(), b.double(), atol=atol, rtol=1e-4))
-
-
 @checker("bahdanau.context",
          "bahdanau_context(decoder_state, enc_outputs, valid_lens, W_q, W_k, w_v) -> (context, weights), "
          "padding ignored")
 def check_context(answer: Callable) -> int:
-    g = torch.Generator().manual_seed(4)
+    g = generator(4)
     # (B, S, H_dec, H_enc, h, valid lengths): sizes that all differ (a swapped W_q/W_k crashes), one
     # example with no padding, and H_dec == H_enc (a swap then runs and must be caught by its values).
     cases = [(3, 7, 5, 6, 4, [7, 2, 4]), (1, 5, 3, 4, 6, [3]), (4, 6, 8, 8, 8, [1, 6, 3, 5])]
@@ -95,7 +80,7 @@ def check_context(answer: Callable) -> int:
         s, enc, valid_lens, W_q, W_k, w_v = _context_case(g, B, S, H_dec, H_enc, h, lens)
         name = (f"decoder_state {(B, H_dec)}, enc_outputs {(B, S, H_enc)}, valid_lens {lens}, "
                 f"W_q {(h, H_dec)}, W_k {(h, H_enc)}")
-        got = _call(answer, name, s.clone(), enc.clone(), valid_lens.clone(), W_q.clone(), W_k.clone(), w_v.clone())
+        got = call(answer, name, s.clone(), enc.clone(), valid_lens.clone(), W_q.clone(), W_k.clone(), w_v.clone())
         expect(isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got),
                f"{name}: return the pair (context, weights) of tensors, got {type(got).__name__}")
         context, weights = got
@@ -111,7 +96,7 @@ def check_context(answer: Callable) -> int:
                f"{name}: context must have shape (batch, H_enc) = {(B, H_enc)}, got {tuple(context.shape)}")
         w64 = weights.detach().to("cpu", torch.float64)
         expect(not bool(torch.isnan(w64).any()), f"{name}: your weights contain NaN: {w64.tolist()}")
-        if not _close(w64, ref_weights):
+        if not close(w64, ref_weights):
             if B > 1 and bool(torch.allclose(w64.sum(0), torch.ones(S, dtype=torch.float64), atol=1e-4)):
                 raise ExerciseFailure(
                     f"{name}: your weights sum to 1 down each column (over the batch axis), not along each row: "
@@ -119,13 +104,13 @@ def check_context(answer: Callable) -> int:
             padded = ~(torch.arange(S)[None, :] < valid_lens[:, None])
             if bool((w64[padded].abs() > 1e-6).any()):
                 unmasked = _loop_context(s, enc, valid_lens, W_q, W_k, w_v, masked=False)[1]
-                how = " (they equal a softmax over all S positions)" if _close(w64, unmasked) else ""
+                how = " (they equal a softmax over all S positions)" if close(w64, unmasked) else ""
                 raise ExerciseFailure(
                     f"{name}: positions j >= valid_lens[b] are padding and must get weight 0, yours get "
                     f"{[round(v, 4) for v in w64[padded].tolist()]}{how}. Set their scores to -inf (or the most "
                     "negative finite float) before the softmax, e.g. with the mask "
                     "torch.arange(S) < valid_lens[:, None].")
-            if _close(w64, _loop_context(s, enc, valid_lens, W_q, W_k, w_v, activation=lambda x: x)[1]):
+            if close(w64, _loop_context(s, enc, valid_lens, W_q, W_k, w_v, activation=lambda x: x)[1]):
                 raise ExerciseFailure(
                     f"{name}: your weights are those of the score w_v^T (W_q s + W_k h_j): the tanh is missing. "
                     "Without it the score is linear, the W_q s term is the same for every j and cancels in the "
@@ -133,7 +118,7 @@ def check_context(answer: Callable) -> int:
             expect(bool(torch.allclose(w64.sum(-1), torch.ones(B, dtype=torch.float64), atol=1e-4)),
                    f"{name}: the weights of each example must sum to 1 over its valid positions; yours sum to "
                    f"{[round(v, 4) for v in w64.sum(-1).tolist()]}")
-            if H_dec == H_enc and _close(w64, _loop_context(s, enc, valid_lens, W_k, W_q, w_v)[1]):
+            if H_dec == H_enc and close(w64, _loop_context(s, enc, valid_lens, W_k, W_q, w_v)[1]):
                 raise ExerciseFailure(
                     f"{name}: W_q and W_k are swapped: W_q projects the decoder state (the query) and W_k the "
                     "encoder outputs (the keys).")
@@ -249,7 +234,7 @@ def check_greedy(answer: Callable) -> int:
         model = _ScriptedCopyModel()
         src, lens = torch.tensor([ids]), torch.tensor([length])
         name = f"a model that copies its source, src={ids}, max_len={max_len}"
-        got = _as_ids(_call(answer, name, model, src, lens, max_len, 1, 2), name)
+        got = _as_ids(call(answer, name, model, src, lens, max_len, 1, 2), name)
         expected = ids[: length - 1][:max_len]
         expect(bool(model.fed), f"{name}: your function never called model.decode_step")
         if model.fed[0][1] != 1:
@@ -280,7 +265,7 @@ def check_greedy(answer: Callable) -> int:
             for p in model.parameters():
                 p.mul_(scale)
             model.decoder.dense.bias[2] += 2.0
-        g = torch.Generator().manual_seed(10 + seed)
+        g = generator(10 + seed)
         for length in (3, 6, 9, 5):
             body = torch.randint(4, 13, (length - 1,), generator=g).tolist()
             src, lens = torch.tensor([[*body, 2]]), torch.tensor([length])
@@ -291,7 +276,7 @@ def check_greedy(answer: Callable) -> int:
             assert expected == slow, "checker bug: cached and uncached greedy decoding disagree"
             name = f"a random {Model.__name__}, src={src[0].tolist()}, max_len={max_len}"
             with torch.no_grad():
-                got = _as_ids(_call(answer, name, model, src.clone(), lens.clone(), max_len, 1, 2), name)
+                got = _as_ids(call(answer, name, model, src.clone(), lens.clone(), max_len, 1, 2), name)
             _diagnose(got, expected, max_len, 1, 2, name)
             n += 1
     return n

@@ -15,22 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from ._core import ExerciseFailure, checker, expect, expect_close
-
-
-def _call(answer: Callable, case: str, *args: object, **kwargs: object) -> object:
-    """Call the student's function; a crash becomes a failure that names the case."""
-    try:
-        return answer(*args, **kwargs)
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        raise ExerciseFailure(f"{case}: your function raised {type(error).__name__}: {error}") from None
-
-
-def _close(actual: torch.Tensor, expected: torch.Tensor, atol: float = 1e-6) -> bool:
-    actual = actual.detach().to("cpu", torch.float64)
-    return tuple(actual.shape) == tuple(expected.shape) and torch.allclose(actual, expected.double(), atol=atol)
+from ._core import ExerciseFailure, call, checker, close, expect, expect_close, generator
 
 
 def _expect_tensor(got: object, shape: tuple[int, ...], case: str, layout: str) -> None:
@@ -58,14 +43,14 @@ _SPLIT_CASES = [(2, 5, 12, 3), (1, 7, 8, 2), (3, 4, 6, 1), (2, 3, 8, 8)]  # (bat
 @checker("multihead.split_heads",
          "split_heads(X, num_heads): (batch, T, d) -> (batch, h, T, d/h), head i = features i*d_h:(i+1)*d_h")
 def check_split_heads(answer: Callable) -> int:
-    g = torch.Generator().manual_seed(0)
+    g = generator(0)
     n = 0
     for batch, T, d, h in _SPLIT_CASES:
         d_h = d // h
         case = f"X of shape {(batch, T, d)}, num_heads={h}"
         X = torch.randn(batch, T, d, generator=g, dtype=torch.float64)
         X_before = X.clone()
-        got = _call(answer, case, X, h)
+        got = call(answer, case, X, h)
         expect(torch.equal(X, X_before), f"{case}: your function changed X in place")
         expect(isinstance(got, torch.Tensor), f"{case}: expected a torch.Tensor, got {type(got).__name__}")
         if tuple(got.shape) == (batch, T, h, d_h) and T != h:
@@ -76,14 +61,14 @@ def check_split_heads(answer: Callable) -> int:
             )
         _expect_tensor(got, (batch, h, T, d_h), case, "(batch, num_heads, T, d_h)")
         expected = _split_by_slices(X, h)
-        if not _close(got, expected) and h > 1:
-            if _close(got, X.reshape(batch, h, T, d_h)):
+        if not close(got, expected) and h > 1:
+            if close(got, X.reshape(batch, h, T, d_h)):
                 raise ExerciseFailure(
                     f"{case}: you reshaped (batch, T, d) straight to (batch, h, T, d_h). The shape is right but "
                     "tokens and heads are mixed: row r of 'head 0' is head r % h of token r // h. Reshape to "
                     "(batch, T, h, d_h) first, then .transpose(1, 2)."
                 )
-            if _close(got, X.reshape(batch, T, d_h, h).permute(0, 3, 1, 2)):
+            if close(got, X.reshape(batch, T, d_h, h).permute(0, 3, 1, 2)):
                 raise ExerciseFailure(
                     f"{case}: the heads are split along the wrong axis: your head i holds every h-th feature "
                     f"(i, i + h, ...), but head i must hold the contiguous block i*d_h, ..., (i+1)*d_h - 1 "
@@ -115,23 +100,23 @@ def check_split_heads(answer: Callable) -> int:
 @checker("multihead.merge_heads",
          "merge_heads(X): (batch, h, T, d_h) -> (batch, T, h*d_h), the inverse of split_heads")
 def check_merge_heads(answer: Callable) -> int:
-    g = torch.Generator().manual_seed(1)
+    g = generator(1)
     n = 0
     for batch, T, d, h in _SPLIT_CASES:
         d_h = d // h
         case = f"X of shape {(batch, h, T, d_h)}"
         X = torch.randn(batch, h, T, d_h, generator=g, dtype=torch.float64)
-        got = _call(answer, case, X)
+        got = call(answer, case, X)
         _expect_tensor(got, (batch, T, d), case, "(batch, T, h * d_h)")
         expected = _merge_by_concat(X)
-        if not _close(got, expected) and h > 1:
-            if _close(got, X.reshape(batch, T, d)):
+        if not close(got, expected) and h > 1:
+            if close(got, X.reshape(batch, T, d)):
                 raise ExerciseFailure(
                     f"{case}: you reshaped (batch, h, T, d_h) straight to (batch, T, h*d_h), which mixes tokens "
                     "and heads. Move the token axis back in front of the heads first: "
                     ".transpose(1, 2).reshape(batch, T, h * d_h)."
                 )
-            if _close(got, X.permute(0, 2, 3, 1).reshape(batch, T, d)):
+            if close(got, X.permute(0, 2, 3, 1).reshape(batch, T, d)):
                 raise ExerciseFailure(
                     f"{case}: the features of the heads are interleaved (head 0's first feature, head 1's first "
                     "feature, ...). Concatenate them instead: head i must fill the features i*d_h:(i+1)*d_h, "
@@ -140,7 +125,7 @@ def check_merge_heads(answer: Callable) -> int:
         expect_close(got, expected, f"{case} (the heads concatenated along the features)", atol=1e-6)
         # merge_heads must undo the split: the original tokens come back.
         tokens = torch.randn(batch, T, d, generator=g, dtype=torch.float64)
-        expect_close(_call(answer, case, _split_by_slices(tokens, h)), tokens,
+        expect_close(call(answer, case, _split_by_slices(tokens, h)), tokens,
                      f"merge_heads(split(X)) must give X back, for X of shape {(batch, T, d)}", atol=1e-6)
         n += 2
     return n
@@ -221,7 +206,7 @@ def _mha_hint(got: torch.Tensor, args: tuple, kwargs: dict, num_heads: int, d: i
              "the padded keys are not masked: keys j >= valid_lens[b] must get weight 0 in every head (set "
              "their scores to -inf, with a mask of shape (batch, 1, 1, n_keys), before the softmax)."))
     for result, hint in candidates:
-        if _close(got, result.double(), atol=1e-6):
+        if close(got, result.double(), atol=1e-6):
             return hint
     return None
 
@@ -229,7 +214,7 @@ def _mha_hint(got: torch.Tensor, args: tuple, kwargs: dict, num_heads: int, d: i
 @checker("multihead.multihead_attention",
          "multihead_attention(queries, keys, values, W_q, W_k, W_v, W_o, num_heads, valid_lens): all heads at once")
 def check_multihead_attention(answer: Callable) -> int:
-    g = torch.Generator().manual_seed(2)
+    g = generator(2)
     # (batch, n_q, n_k, d, h, valid_lens, self-attention?)
     cases = [
         (2, 5, 5, 12, 3, None, True),
@@ -250,11 +235,11 @@ def check_multihead_attention(answer: Callable) -> int:
         W = [torch.randn(d, d, generator=g, dtype=torch.float64) * (1.5 / math.sqrt(d)) for _ in range(4)]
         args = (queries, keys, values, *W)
         kwargs = {} if valid_lens is None else {"valid_lens": valid_lens}
-        got = _call(answer, case, *args, h, **kwargs)
+        got = call(answer, case, *args, h, **kwargs)
         _expect_tensor(got, (batch, n_q, d), case, "(batch, n_queries, d)")
         expect(not bool(torch.isnan(got.detach()).any()), f"{case}: your output contains NaN")
         expected = _loop_mha(*args, h, **kwargs)
-        if not _close(got, expected):
+        if not close(got, expected):
             hint = _mha_hint(got.detach().to("cpu", torch.float64), args, kwargs, h, d)
             if hint is not None:
                 raise ExerciseFailure(f"{case}: {hint}")

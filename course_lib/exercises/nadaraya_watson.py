@@ -13,17 +13,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ._core import ExerciseFailure, checker, expect, expect_close
-
-
-def _call(answer: Callable, case: str, *args: object) -> object:
-    """Call the student's function; a crash becomes a failure that names the case."""
-    try:
-        return answer(*args)
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        raise ExerciseFailure(f"{case}: your function raised {type(error).__name__}: {error}") from None
+from ._core import ExerciseFailure, call, checker, close, expect, expect_close, generator
 
 
 def _softmax_pool(scores: Sequence[float], values: Sequence[float]) -> float:
@@ -55,23 +45,17 @@ def _loop_nw_over_queries(x_train: torch.Tensor, y_train: torch.Tensor, x_query:
                         dtype=torch.float64)
 
 
-def _close(actual: torch.Tensor, expected: torch.Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
-    if not isinstance(actual, torch.Tensor) or tuple(actual.shape) != tuple(expected.shape):
-        return False
-    return torch.allclose(actual.detach().to("cpu", torch.float64), expected, atol=atol, rtol=rtol)
-
-
 @checker("nadaraya_watson.nw_predict",
          "nw_predict(x_train, y_train, x_query, bandwidth): Gaussian Nadaraya–Watson with broadcasting, "
          "weights normalised per query, stable for a tiny bandwidth")
 def check_nw_predict(answer: Callable) -> int:
-    g = torch.Generator().manual_seed(2)
+    g = generator(2)
     n = 0
 
     def run(case: str, x_train: torch.Tensor, y_train: torch.Tensor, x_query: torch.Tensor,
             bandwidth: float) -> torch.Tensor:
         before = (x_train.clone(), y_train.clone(), x_query.clone())
-        got = _call(answer, case, x_train, y_train, x_query, bandwidth)
+        got = call(answer, case, x_train, y_train, x_query, bandwidth)
         after = (x_train, y_train, x_query)
         expect(all(torch.equal(b, a) for b, a in zip(before, after, strict=True)),
                f"{case}: your function changed its inputs in place; compute new tensors instead")
@@ -87,8 +71,8 @@ def check_nw_predict(answer: Callable) -> int:
     ones = torch.ones(12, dtype=torch.float64)
     case = "constant targets (every y_i = 1, bandwidth 0.7)"
     got = run(case, x_train, ones, x_query, 0.7)
-    if not _close(got, torch.ones(7, dtype=torch.float64)):
-        if _close(got, _loop_nw_over_queries(x_train, ones, x_query, 0.7)):
+    if not close(got, torch.ones(7, dtype=torch.float64)):
+        if close(got, _loop_nw_over_queries(x_train, ones, x_query, 0.7)):
             raise ExerciseFailure(
                 f"{case}: you normalised the weights over the queries (down each column). Each query's "
                 "weights, one row of the (n_query, n_train) matrix, must sum to 1 over the training points: "
@@ -116,13 +100,13 @@ def check_nw_predict(answer: Callable) -> int:
     for case, xt, yt, xq, h in cases:
         got = run(case, xt, yt, xq, h)
         expected = _loop_nw(xt, yt, xq, h)
-        if not _close(got, expected, atol=1e-8, rtol=1e-6):
-            if _close(got, _loop_nw(xt, yt, xq, h / math.sqrt(2)), atol=1e-8, rtol=1e-6):
+        if not close(got, expected, atol=1e-8, rtol=1e-6):
+            if close(got, _loop_nw(xt, yt, xq, h / math.sqrt(2)), atol=1e-8, rtol=1e-6):
                 raise ExerciseFailure(
                     f"{case}: your predictions are those of bandwidth h/sqrt(2): the Gaussian kernel is "
                     "exp(-u^2/2) with u = (x - x_i)/h; did you forget the 1/2?"
                 )
-            if _close(got, _loop_nw(xt, yt, xq, math.sqrt(h)), atol=1e-8, rtol=1e-6):
+            if close(got, _loop_nw(xt, yt, xq, math.sqrt(h)), atol=1e-8, rtol=1e-6):
                 raise ExerciseFailure(
                     f"{case}: your predictions are those of bandwidth sqrt(h): divide the distance by h, "
                     "u = (x - x_i)/h, and square u (the score is -u^2/2 = -(x - x_i)^2 / (2 h^2))."
@@ -181,13 +165,13 @@ def _loop_loo_loss(w: float, x: Sequence[float], y: Sequence[float], leave_out: 
          "leave_one_out_loss(w, x, y): half the mean squared error of predicting each y_i from the other "
          "points with softmax(-((x_i - x_j) w)^2 / 2), differentiable in w")
 def check_leave_one_out_loss(answer: Callable) -> int:
-    g = torch.Generator().manual_seed(5)
+    g = generator(5)
     n = 0
 
     def run(case: str, w: float, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         w_t = torch.tensor(w, dtype=x.dtype, requires_grad=True)
         before = (x.clone(), y.clone())
-        got = _call(answer, case, w_t, x, y)
+        got = call(answer, case, w_t, x, y)
         expect(torch.equal(before[0], x) and torch.equal(before[1], y),
                f"{case}: your function changed x or y in place; compute new tensors instead")
         expect(isinstance(got, torch.Tensor),

@@ -15,17 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from ._core import ExerciseFailure, checker, expect, expect_close
-
-
-def _call(answer: Callable, case: str, *args: object) -> object:
-    """Call the student's function; a crash becomes a failure that names the case."""
-    try:
-        return answer(*args)
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        raise ExerciseFailure(f"{case}: your function raised {type(error).__name__}: {error}") from None
+from ._core import ExerciseFailure, call, checker, expect, expect_close
 
 
 def _as_float64(got: object, shape: tuple[int, ...], case: str, layout: str) -> torch.Tensor:
@@ -130,7 +120,7 @@ def check_rotation_matrix(answer: Callable) -> int:
     n = 0
     for k, d in ((1, 8), (5, 16), (-3, 4), (0, 6), (17, 32), (40, 2)):
         case = f"k={k}, d={d}"
-        got = _call(answer, case, k, d)
+        got = call(answer, case, k, d)
         actual = _as_float64(got, (d, d), case, "(d, d)")
         expected = _rotation(k, d)
         if not torch.allclose(actual, expected, atol=1e-6):

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from ._core import ExerciseFailure, checker, expect, expect_close
+from ._core import ExerciseFailure, call, checker, expect, expect_close, generator
 
 
 def _loop_masked_softmax(X: torch.Tensor, valid_lens: torch.Tensor | None) -> torch.Tensor:
@@ -40,33 +40,23 @@ def _loop_masked_softmax(X: torch.Tensor, valid_lens: torch.Tensor | None) -> to
     return out
 
 
-def _call(answer: Callable, case: str, *args: object) -> object:
-    """Call the student's function; a crash becomes a failure that names the case."""
-    try:
-        return answer(*args)
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        raise ExerciseFailure(f"{case}: your function raised {type(error).__name__}: {error}") from None
-
-
 @checker("scoring.masked_softmax",
          "my_masked_softmax(X, valid_lens): 1-D and 2-D valid lengths, zeros for fully masked rows")
 def check_masked_softmax(answer: Callable) -> int:
     n = 0
-    g = torch.Generator().manual_seed(3)
+    g = generator(3)
 
     # The D2L example: three sentences of valid lengths 4, 3, 2 padded to 4 keys.
     X = torch.randn(3, 2, 4, generator=g)
     X_before = X.clone()
     lens = torch.tensor([4, 3, 2])
-    got = _call(answer, "1-D valid_lens [4, 3, 2]", X, lens)
+    got = call(answer, "1-D valid_lens [4, 3, 2]", X, lens)
     expect(torch.equal(X, X_before),
            "your function changed X in place; use X.masked_fill (no underscore) to get a new tensor")
     expect_close(got, _loop_masked_softmax(X, lens), "1-D valid_lens [4, 3, 2] (one length per example)")
     n += 2
 
-    got = _call(answer, "valid_lens=None", X, None)
+    got = call(answer, "valid_lens=None", X, None)
     expect_close(got, _loop_masked_softmax(X, None),
                  "valid_lens=None (no masking: a plain softmax over the last axis)")
     n += 1
@@ -99,7 +89,7 @@ def check_masked_softmax(answer: Callable) -> int:
     # Fully masked rows: 1-D (a whole example without keys) and 2-D (a single query row).
     for case, lens_z in (("1-D valid_lens [0, 3, 2]", torch.tensor([0, 3, 2])),
                          ("2-D valid_lens [[0, 4], [2, 0], [3, 1]]", torch.tensor([[0, 4], [2, 0], [3, 1]]))):
-        got = _call(answer, f"fully masked rows, {case}", X, lens_z)
+        got = call(answer, f"fully masked rows, {case}", X, lens_z)
         expected = _loop_masked_softmax(X, lens_z)
         expect(isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(expected.shape),
                f"fully masked rows, {case}: expected a tensor of shape {tuple(expected.shape)}")
@@ -118,7 +108,7 @@ def check_masked_softmax(answer: Callable) -> int:
 
     # Finite gradients through a fully masked row.
     Xg = X.clone().double().requires_grad_(True)
-    out = _call(answer, "backward pass with valid_lens [0, 3, 2]", Xg, torch.tensor([0, 3, 2]))
+    out = call(answer, "backward pass with valid_lens [0, 3, 2]", Xg, torch.tensor([0, 3, 2]))
     expect(isinstance(out, torch.Tensor) and out.requires_grad,
            "the output must stay differentiable with respect to X (do not detach or build it from Python floats)")
     w = torch.randn(out.shape, generator=g, dtype=torch.float64)
@@ -132,7 +122,7 @@ def check_masked_softmax(answer: Callable) -> int:
     # Large scores: exp(100) overflows float32 unless the row max is subtracted.
     big = 100.0 * torch.randn(2, 3, 5, generator=g) + 200.0
     lens_big = torch.tensor([5, 3])
-    expect_close(_call(answer, "large scores (~200)", big, lens_big), _loop_masked_softmax(big, lens_big),
+    expect_close(call(answer, "large scores (~200)", big, lens_big), _loop_masked_softmax(big, lens_big),
                  "large scores (~200; subtract the row maximum before exp, or use torch.softmax)")
     n += 1
     return n
@@ -156,7 +146,7 @@ def _loop_additive(queries: torch.Tensor, keys: torch.Tensor, W_q: torch.Tensor,
 @checker("scoring.additive_score",
          "additive_score(queries, keys, W_q, W_k, w_v): w_v^T tanh(W_q q + W_k k) for every query-key pair")
 def check_additive_score(answer: Callable) -> int:
-    g = torch.Generator().manual_seed(5)
+    g = generator(5)
     # (batch, n_q, n_k, d_q, d_k, h): sizes that differ, one query, and d_q == d_k with W_q != W_k.
     cases = [(2, 3, 5, 20, 2, 8), (1, 1, 4, 3, 6, 5), (2, 4, 4, 6, 6, 7)]
     n = 0
@@ -167,7 +157,7 @@ def check_additive_score(answer: Callable) -> int:
         W_q = torch.randn(h, d_q, generator=g) / math.sqrt(d_q)
         W_k = torch.randn(h, d_k, generator=g) / math.sqrt(d_k)
         w_v = torch.randn(h, generator=g)
-        got = _call(answer, name, queries, keys, W_q, W_k, w_v)
+        got = call(answer, name, queries, keys, W_q, W_k, w_v)
         expected = _loop_additive(queries, keys, W_q, W_k, w_v)
         expect(isinstance(got, torch.Tensor), f"{name}: expected a torch.Tensor, got {type(got).__name__}")
         if tuple(got.shape) == (batch, n_k, n_q) and n_q != n_k:

@@ -13,18 +13,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ._core import ExerciseFailure, checker, expect, expect_close
-
-
-def _call(answer: Callable, case: str, *args: object) -> object:
-    """Call the student's function; a crash becomes a failure that names the case."""
-    try:
-        return answer(*args)
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        raise ExerciseFailure(f"{case}: your function raised {type(error).__name__}: {error}") from None
-
+from ._core import ExerciseFailure, call, checker, expect, expect_close, generator
 
 # --- sparse.window_global_pattern ---------------------------------------------------------------
 
@@ -43,7 +32,7 @@ def check_window_global_pattern(answer: Callable) -> int:
     n_checks = 0
     for n, window, n_global in ((10, 2, 1), (12, 1, 3), (7, 0, 0), (5, 10, 0), (9, 3, 9), (16, 2, 2)):
         case = f"n={n}, window={window}, n_global={n_global}"
-        got = _call(answer, case, n, window, n_global)
+        got = call(answer, case, n, window, n_global)
         expected = _loop_window_global(n, window, n_global)
         expect(isinstance(got, torch.Tensor), f"{case}: return a torch.Tensor, got {type(got).__name__}")
         expect(tuple(got.shape) == (n, n), f"{case}: expected shape ({n}, {n}), got {tuple(got.shape)}")
@@ -100,7 +89,7 @@ def check_strided_pairs(answer: Callable) -> int:
     n_checks = 0
     small = [(1, 1), (5, 1), (5, 2), (16, 4), (17, 4), (3, 8), (30, 7), (64, 8), (100, 10), (99, 13)]
     for n, stride in small:
-        got = _call(answer, f"n={n}, stride={stride}", n, stride)
+        got = call(answer, f"n={n}, stride={stride}", n, stride)
         expected = _pairs_by_loops(n, stride)
         expect(isinstance(got, int) and not isinstance(got, bool),
                f"n={n}, stride={stride}: return an exact Python int (use // for the divisions), got "
@@ -121,7 +110,7 @@ def check_strided_pairs(answer: Callable) -> int:
         raise ExerciseFailure(f"n={n}, stride={stride}: expected {expected} allowed pairs, got {got}; count the "
                               "band, min(i + 1, stride) for row i, plus the column, i // stride, and sum over i")
     for n, stride in ((10**6, 1000), (10**6 + 7, 999), (4096, 64)):
-        got = _call(answer, f"n={n}, stride={stride}", n, stride)
+        got = call(answer, f"n={n}, stride={stride}", n, stride)
         expected = _pairs_by_blocks(n, stride)
         expect(got == expected, f"n={n}, stride={stride}: expected {expected}, got {got}")
         n_checks += 1
@@ -163,11 +152,11 @@ def _loop_block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blo
          "block_local_attention(queries, keys, values, block): attention inside blocks, without the n x n matrix")
 def check_block_local_attention(answer: Callable) -> int:
     n_checks = 0
-    g = torch.Generator().manual_seed(9)
+    g = generator(9)
     for batch, n, d, d_v, block in ((2, 12, 4, 3, 4), (1, 10, 3, 5, 5), (3, 6, 2, 2, 1), (1, 8, 4, 4, 8)):
         case = f"batch={batch}, n={n}, d={d}, block={block}"
         q, k, v = (torch.randn(batch, n, size, generator=g) for size in (d, d, d_v))
-        got = _call(answer, case, q, k, v, block)
+        got = call(answer, case, q, k, v, block)
         expected = _loop_block_attention(q, k, v, block)
         expect(isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(expected.shape),
                f"{case}: expected a tensor of shape {tuple(expected.shape)} (batch, n, d_v), got "
@@ -186,7 +175,7 @@ def check_block_local_attention(answer: Callable) -> int:
     q, k, v = (torch.randn(1, n, 8, generator=g) for _ in range(3))
     probe = _LargestTensor()
     with torch.no_grad(), probe:
-        got = _call(answer, f"n={n}, block={block}", q, k, v, block)
+        got = call(answer, f"n={n}, block={block}", q, k, v, block)
     expect_close(got, _loop_block_attention(q, k, v, block), f"n={n}, block={block}")
     expect(probe.largest < n * n // 4,
            f"n={n}, block={block}: your function built a tensor of {probe.largest} entries, the size of the dense "

@@ -13,21 +13,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from ._core import ExerciseFailure, checker, expect, expect_close
+from ._core import ExerciseFailure, call, checker, expect, expect_close, generator
 
 _BOS, _EOS = 1, 2
-
-
-def _call(answer: Callable, case: str, *args: object) -> object:
-    """Call the student's function; a crash becomes a failure that names the case."""
-    try:
-        return answer(*args)
-    except NotImplementedError:
-        raise
-    except ExerciseFailure:
-        raise
-    except Exception as error:
-        raise ExerciseFailure(f"{case}: your function raised {type(error).__name__}: {error}") from None
 
 
 # --- greedy decoding with the cache ------------------------------------------------------------
@@ -57,7 +45,7 @@ def _small_transformer():
 
 def _greedy_cases() -> list[tuple[str, torch.Tensor, torch.Tensor, int]]:
     """(name, src (B, S), src_valid_lens (B,), max_len): padded batches, early and late <eos>."""
-    g = torch.Generator().manual_seed(5)
+    g = generator(5)
     src = torch.randint(3, 11, (6, 7), generator=g)
     lens = torch.tensor([7, 3, 5, 1, 6, 2])
     src = src.masked_fill(torch.arange(7) >= lens[:, None], 0)  # <pad> = 0 after each length
@@ -184,7 +172,7 @@ def check_greedy_decode_loop(answer: Callable) -> int:
     for case, src, lens, max_len in _greedy_cases():
         counter = _Counting(model)
         try:
-            got = _call(answer, case, model, src.clone(), lens.clone(), _BOS, _EOS, max_len)
+            got = call(answer, case, model, src.clone(), lens.clone(), _BOS, _EOS, max_len)
         finally:
             counter.restore()
         rows = _as_id_lists(got, src.shape[0], case)
@@ -204,7 +192,7 @@ def check_greedy_decode_loop(answer: Callable) -> int:
     model.train()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        got = _as_id_lists(_call(answer, f"{case}, model in training mode", model, src.clone(), lens.clone(),
+        got = _as_id_lists(call(answer, f"{case}, model in training mode", model, src.clone(), lens.clone(),
                                  _BOS, _EOS, max_len), src.shape[0], case)
     expect(got == expected,
            "with the model left in training mode (dropout on) your tokens change: decoding must run with "
@@ -224,7 +212,7 @@ def _reference_ls(logits: torch.Tensor, targets: torch.Tensor, valid_lens: torch
 
 
 def _ls_cases() -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor, float]]:
-    g = torch.Generator().manual_seed(11)
+    g = generator(11)
     B, T, V = 3, 5, 6
     logits = 2.0 * torch.randn(B, T, V, generator=g)
     # Padded positions hold ordinary ids, not <pad>: only valid_lens says where a target ends.
@@ -253,7 +241,7 @@ def check_label_smoothed_masked_ce(answer: Callable) -> int:
     n = 0
     for case, logits, targets, lens, eps in _ls_cases():
         x = logits.clone().requires_grad_(True)
-        got = _call(answer, case, x, targets.clone(), lens.clone(), eps)
+        got = call(answer, case, x, targets.clone(), lens.clone(), eps)
         expect(isinstance(got, torch.Tensor), f"{case}: expected a scalar tensor, got {type(got).__name__}")
         expect(got.dim() == 0, f"{case}: expected a scalar (shape ()), got shape {tuple(got.shape)}: average "
                                "the token losses over the valid positions")

@@ -13,18 +13,7 @@ from collections.abc import Callable
 import torch
 
 from ..transformer import Transformer, TransformerConfig
-from ._core import ExerciseFailure, checker, expect, expect_close
-
-
-def _call(answer: Callable, case: str, *args: object) -> object:
-    """Call the student's function; a crash becomes a failure that names the case."""
-    try:
-        return answer(*args)
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        raise ExerciseFailure(f"{case}: your function raised {type(error).__name__}: {error}") from None
-
+from ._core import ExerciseFailure, call, checker, close, expect, expect_close, generator
 
 # ----------------------------------------------------------------------------------- layer norm
 
@@ -50,15 +39,10 @@ def _loop_layer_norm(X: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, e
     return out.reshape(X.shape)
 
 
-def _close(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-5) -> bool:
-    a = a.detach().to("cpu", torch.float64)
-    return a.shape == b.shape and bool(torch.allclose(a, b, atol=atol, rtol=1e-4))
-
-
 @checker("transformer.layer_norm",
          "layer_norm(X, gamma, beta, eps): normalise each row over its last axis (biased variance), scale, shift")
 def check_layer_norm(answer: Callable) -> int:
-    g = torch.Generator().manual_seed(7)
+    g = generator(7)
     n = 0
     cases = [
         ("X of shape (3, 4), gamma = 1, beta = 0", torch.randn(3, 4, generator=g) * 3 + 1, None, 1e-5),
@@ -73,31 +57,31 @@ def check_layer_norm(answer: Callable) -> int:
         else:
             gamma, beta = 1.0 + 0.5 * torch.randn(d, generator=g), torch.randn(d, generator=g)
         X_before = X.clone()
-        got = _call(answer, name, X, gamma, beta, eps)
+        got = call(answer, name, X, gamma, beta, eps)
         expect(torch.equal(X, X_before), f"{name}: your function changed X in place; compute a new tensor")
         expected = _loop_layer_norm(X, gamma, beta, eps)
         expect(isinstance(got, torch.Tensor), f"{name}: expected a torch.Tensor, got {type(got).__name__}")
         expect(tuple(got.shape) == tuple(X.shape),
                f"{name}: the output must have the shape of X, {tuple(X.shape)}, got {tuple(got.shape)}")
-        if not _close(got, expected):
-            if _close(got, _loop_layer_norm(X, gamma, beta, eps, ddof=1)):
+        if not close(got, expected):
+            if close(got, _loop_layer_norm(X, gamma, beta, eps, ddof=1)):
                 raise ExerciseFailure(
                     f"{name}: you divide the variance by d - 1 (the unbiased estimate, the default of torch.var "
                     "and torch.std). Layer norm uses the biased variance, the mean of (x - mu)^2 over the d "
                     "features: use X.var(-1, unbiased=False) (or correction=0)."
                 )
-            if _close(got, _loop_layer_norm(X, gamma, beta, eps, eps_outside=True)):
+            if close(got, _loop_layer_norm(X, gamma, beta, eps, eps_outside=True)):
                 raise ExerciseFailure(
                     f"{name}: you compute (x - mu) / (sigma + eps); eps belongs inside the square root, "
                     "(x - mu) / sqrt(sigma^2 + eps), as in torch.nn.LayerNorm. The two differ when the "
                     "variance is small."
                 )
-            if affine is not None and _close(got, _loop_layer_norm(X, gamma, beta, eps, affine=False)):
+            if affine is not None and close(got, _loop_layer_norm(X, gamma, beta, eps, affine=False)):
                 raise ExerciseFailure(f"{name}: gamma and beta are ignored; return gamma * x_hat + beta.")
             if X.dim() == 2:
                 over_batch = _loop_layer_norm(X.T.contiguous(), torch.ones(X.shape[0]), torch.zeros(X.shape[0]),
                                               eps).T
-                if affine is None and _close(got, over_batch):
+                if affine is None and close(got, over_batch):
                     raise ExerciseFailure(
                         f"{name}: you normalise each feature over the rows (axis 0): that is batch norm. Layer "
                         "norm normalises each row (one token) over its last axis, the d features: "
@@ -109,7 +93,7 @@ def check_layer_norm(answer: Callable) -> int:
     # A constant row has variance 0: eps keeps the division finite and the output is beta.
     const = torch.full((2, 4), 3.0)
     gamma, beta = torch.full((4,), 2.0), torch.tensor([0.5, -1.0, 0.0, 2.0])
-    got = _call(answer, "a constant row (variance 0)", const, gamma, beta, 1e-5)
+    got = call(answer, "a constant row (variance 0)", const, gamma, beta, 1e-5)
     expect(isinstance(got, torch.Tensor) and bool(torch.isfinite(got).all()),
            "a constant row (variance 0): your output is not finite; add eps to the variance before the square root")
     expect_close(got, beta.expand(2, 4), "a constant row (variance 0): x - mu = 0, so the output is beta")
@@ -117,7 +101,7 @@ def check_layer_norm(answer: Callable) -> int:
 
     # float64 in, float64 out (no silent downcast).
     X64 = torch.randn(2, 3, dtype=torch.float64, generator=g)
-    got = _call(answer, "float64 input", X64, torch.ones(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64),
+    got = call(answer, "float64 input", X64, torch.ones(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64),
                 1e-5)
     expect(isinstance(got, torch.Tensor) and got.dtype == torch.float64,
            f"float64 input: the output must keep dtype float64, got "
@@ -152,7 +136,7 @@ def check_look_ahead_and_padding_mask(answer: Callable) -> int:
     cases = [(4, 4, [4, 3]), (5, 5, [2, 5, 1]), (3, 5, [5, 2, 0])]
     for n_q, n_k, lens in cases:
         name = f"n_queries={n_q}, n_keys={n_k}, valid_lens={lens}"
-        got = _call(answer, name, n_q, n_k, torch.tensor(lens))
+        got = call(answer, name, n_q, n_k, torch.tensor(lens))
         expected = _loop_mask(n_q, n_k, lens)
         expect(isinstance(got, torch.Tensor), f"{name}: expected a torch.Tensor, got {type(got).__name__}")
         expect(tuple(got.shape) == tuple(expected.shape),
@@ -254,7 +238,7 @@ def check_num_parameters(answer: Callable) -> int:
         name = (f"d={c.num_hiddens}, d_ff={c.ffn_num_hiddens}, {c.num_enc_layers}+{c.num_dec_layers} layers, "
                 f"vocabularies {c.src_vocab_size}/{c.tgt_vocab_size}"
                 f"{', pre-norm' if c.norm_first else ''}{', learned positions' if c.positional == 'learned' else ''}")
-        got = _call(answer, name, c)
+        got = call(answer, name, c)
         expect(isinstance(got, int) and not isinstance(got, bool),
                f"{name}: expected a Python int, got {type(got).__name__} (use int(...) on a tensor or float)")
         expected = _count(c)
@@ -267,7 +251,7 @@ def check_num_parameters(answer: Callable) -> int:
     d, f, V = c.num_hiddens, c.ffn_num_hiddens, c.src_vocab_size
     base = 6 * (4 * (d * d + d) + 2 * d * f + f + d + 4 * d) + 6 * (8 * (d * d + d) + 2 * d * f + f + d + 6 * d)
     expected = base + 2 * V * d + d * V + V
-    got = _call(answer, "the base model (d = 512, 6 + 6 layers, |V| = 37000)", c)
+    got = call(answer, "the base model (d = 512, 6 + 6 layers, |V| = 37000)", c)
     expect(got == expected, f"the base model (d = 512, d_ff = 2048, 6 + 6 layers, |V| = 37000): expected "
                             f"{expected:,}, got {got!r}")
     return n + 1

@@ -12,18 +12,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 
-from ._core import ExerciseFailure, checker, expect
-
-
-def _call(answer: Callable, case: str, *args: object) -> object:
-    """Call the student's function; a crash becomes a failure that names the case."""
-    try:
-        return answer(*args)
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        raise ExerciseFailure(f"{case}: your function raised {type(error).__name__}: {error}") from None
-
+from ._core import ExerciseFailure, call, checker, expect
 
 # --- translation.ngram_precision ----------------------------------------------------------------
 
@@ -62,7 +51,7 @@ def check_ngram_precision(answer: Callable) -> int:
 
     # Every occurrence counts, not just distinct n-grams.
     pred = _words("the cat the cat")
-    got = _as_pair(_call(answer, "repeated matching n-grams", pred, [pred], 1), "n = 1")
+    got = _as_pair(call(answer, "repeated matching n-grams", pred, [pred], 1), "n = 1")
     expect(got != (2, 4), "'the cat the cat' against itself gave (2, 4): count every occurrence of an n-gram "
                           "(a collections.Counter), not the distinct ones (a set)")
     expect(got == (4, 4), f"'the cat the cat' against itself, n = 1: expected (4, 4), got {got}")
@@ -72,7 +61,7 @@ def check_ngram_precision(answer: Callable) -> int:
     pred = _words("the the the the the the the")
     refs = [_words("the cat is on the mat"), _words("there is a cat on the mat")]
     pred_before, refs_before = list(pred), [list(r) for r in refs]
-    got = _as_pair(_call(answer, "Papineni's 'the the the ...' example", pred, refs, 1), "n = 1")
+    got = _as_pair(call(answer, "Papineni's 'the the the ...' example", pred, refs, 1), "n = 1")
     expect(pred == pred_before and refs == refs_before, "your function changed its arguments; count in new objects")
     expect(got[1] == 7, f"'the' x 7 has 7 unigrams: the total must be 7, got {got[1]}")
     expect(got[0] != 7, "'the the the the the the the' got 7 matching unigrams: clip each n-gram's count by the "
@@ -87,7 +76,7 @@ def check_ngram_precision(answer: Callable) -> int:
     refs = [_words("the cat sat"), _words("a cat on the mat")]
     for n in range(1, 5):
         expected = _brute_precision(pred, refs, n)
-        got = _as_pair(_call(answer, f"two references, n = {n}", pred, refs, n), f"n = {n}")
+        got = _as_pair(call(answer, f"two references, n = {n}", pred, refs, n), f"n = {n}")
         if got[1] != expected[1]:
             raise ExerciseFailure(
                 f"'a cat sat on the mat', n = {n}: the total must be the number of predicted {n}-grams, "
@@ -102,7 +91,7 @@ def check_ngram_precision(answer: Callable) -> int:
     # Short and empty predictions: no n-gram at all is (0, 0), not an error.
     for pred, n in ((_words("bonjour ."), 3), ([], 1), (_words("oui"), 1)):
         expected = _brute_precision(pred, [_words("oui ."), _words("bonjour !")], n)
-        got = _as_pair(_call(answer, f"prediction {pred} with n = {n}", pred,
+        got = _as_pair(call(answer, f"prediction {pred} with n = {n}", pred,
                              [_words("oui ."), _words("bonjour !")], n), f"prediction {pred}, n = {n}")
         expect(got == expected, f"prediction {pred}, n = {n}: expected {expected} (a prediction shorter than n has "
                                 f"no {n}-gram), got {got}")
@@ -116,7 +105,7 @@ def check_ngram_precision(answer: Callable) -> int:
         refs = [[rng.choice(words) for _ in range(rng.randint(1, 8))] for _ in range(rng.randint(1, 3))]
         n = rng.randint(1, 4)
         expected = _brute_precision(pred, refs, n)
-        got = _as_pair(_call(answer, f"random case {case}", pred, refs, n), f"random case {case}")
+        got = _as_pair(call(answer, f"random case {case}", pred, refs, n), f"random case {case}")
         expect(got == expected, f"pred {pred} against {refs}, n = {n}: expected {expected}, got {got}")
     n_checks += 1
     return n_checks
@@ -138,7 +127,7 @@ def check_brevity_penalty(answer: Callable) -> int:
     n_checks = 0
 
     def value(c: int, r: int) -> float:
-        got = _call(answer, f"c = {c}, r = {r}", c, r)
+        got = call(answer, f"c = {c}, r = {r}", c, r)
         ok = isinstance(got, (int, float)) and not isinstance(got, bool) and math.isfinite(float(got))
         expect(ok, f"c = {c}, r = {r}: return a finite number, got {got!r}")
         return float(got)
@@ -219,7 +208,7 @@ def _pair_result(got: object, line: str) -> tuple[list[str], list[str]] | None:
 def check_normalize_pair(answer: Callable) -> int:
     n_checks = 0
     for line, expected in _PAIRS:
-        got = _pair_result(_call(answer, repr(line), line), line)
+        got = _pair_result(call(answer, repr(line), line), line)
         expect(got is not None, f"{line!r} is a good line, but your function returned None")
         if got != expected:
             joined = " ".join(got[0] + got[1])
@@ -236,7 +225,7 @@ def check_normalize_pair(answer: Callable) -> int:
         n_checks += 1
 
     for line, expected in _SPACES:
-        got = _pair_result(_call(answer, repr(line), line), line)
+        got = _pair_result(call(answer, repr(line), line), line)
         if got != expected:
             raise ExerciseFailure(
                 f"{line!r}: expected {expected}, got {got}. French typography puts a no-break space before ! ? : ; "
@@ -245,7 +234,7 @@ def check_normalize_pair(answer: Callable) -> int:
         n_checks += 1
 
     line, expected = _ATTRIBUTION
-    got = _pair_result(_call(answer, "a line with an attribution column", line), line)
+    got = _pair_result(call(answer, "a line with an attribution column", line), line)
     expect(got == expected, f"{line!r}: expected {expected}, got {got}; the columns after the second (the Tatoeba "
                             "attribution) are not part of the translation: keep only columns 0 and 1")
     n_checks += 1
