@@ -19,7 +19,7 @@ venv: $(STAMP)
 # pyproject.toml itself only gives lower bounds.
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test,book]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test,book,grading]"
 	touch $(STAMP)
 
 book: $(STAMP)
@@ -51,13 +51,16 @@ nbval: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
-# dist/student (solutions removed, checkers kept) and dist/instructor, from book/
+# dist/student (otter student notebooks), dist/autograder (<chapter>.zip for otter/Gradescope), dist/instructor
 assignments: $(STAMP)
-	$(BIN)/python -m course_lib.assignments book dist
+	$(BIN)/python -m course_lib.assignments generate --book book --out dist
 
 clean:
 	rm -rf _build book/_build dist
 
-# Run students' notebooks and print each exercise's verdict: make grade NOTEBOOKS="submissions/*.ipynb"
+# Grade submissions with otter (untrusted code: use a container or VM): writes $(GRADES)/grades.csv and feedback
+#   make grade NOTEBOOKS="submissions/*/03_scoring_functions.ipynb" [GRADES=grades] [TIMEOUT=600]
+GRADES ?= grades
+TIMEOUT ?= 600
 grade: $(STAMP)
-	$(BIN)/python -m course_lib.assignments grade $(NOTEBOOKS)
+	$(BIN)/python -m course_lib.assignments grade --out $(GRADES) --timeout $(TIMEOUT) $(NOTEBOOKS)

@@ -1,7 +1,8 @@
 """Run the worked solutions of a book notebook in the tests (shared by ``tests/test_exercises_*.py``).
 
 A solution is the code between a markdown cell holding ```` ```{solution-start} label ```` and the
-next one holding ```` ```{solution-end} ````, the format every chapter uses.
+next one holding ```` ```{solution-end} ````, the format every chapter uses. The checker call that
+closes a solution (``check(...)``, showing "passed" in the book) is not part of it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ import course_lib as cl
 BOOK = Path(__file__).resolve().parents[1] / "book"
 
 
+def _is_checker_call(source: str) -> bool:
+    return source.lstrip().startswith("_ = check(")
+
+
 def solution_cells(notebook: str, label: str) -> list[str]:
     """The sources of the code cells of the solution ``label`` in ``book/notebook``."""
     path = BOOK / notebook
@@ -29,7 +34,7 @@ def solution_cells(notebook: str, label: str) -> list[str]:
             continue
         if inside and cell.cell_type == "markdown" and "{solution-end}" in cell.source:
             break
-        if inside and cell.cell_type == "code":
+        if inside and cell.cell_type == "code" and not _is_checker_call(cell.source):
             cells.append(cell.source)
     assert found, f"no solution-start for {label} in {notebook}"
     return cells

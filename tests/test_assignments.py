@@ -1,7 +1,8 @@
-"""make assignments: student versions keep everything but the solutions."""
+"""make assignments: otter student notebooks and autograders from the book; grading with a gradebook CSV."""
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from pathlib import Path
@@ -9,7 +10,16 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_lib.assignments import checker_results, grade_notebook, make_assignments, solution_sources, strip_solutions
+from course_lib.assignments import (
+    GRADE_COLUMNS,
+    grade,
+    main,
+    make_assignments,
+    master_notebook,
+    solution_sources,
+    strip_solutions,
+    to_plain_markdown,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -80,129 +90,6 @@ def test_solution_sources_lists_every_solution():
     assert any("SECRET-FOUR" in s for s in sources)
 
 
-@pytest.fixture(scope="module")
-def dist(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dist")
-    return out, make_assignments(BOOK, out)
-
-
-def test_every_chapter_with_exercises_gets_both_versions(dist):
-    out, written = dist
-    chapters = [p for p in sorted(BOOK.glob("*.ipynb"))
-                if "{exercise}" in p.read_text()]
-    assert chapters, "the book has no exercises"
-    assert sorted(p.name for p in written["student"]) == [p.name for p in chapters]
-    assert sorted(p.name for p in written["instructor"]) == [p.name for p in chapters]
-    for path in written["instructor"]:
-        assert path.read_bytes() == (BOOK / path.name).read_bytes()
-
-
-def _solution_only_lines(nb: nbformat.NotebookNode) -> set[str]:
-    """Lines that occur in solutions and nowhere else in the instructor notebook."""
-    solutions = solution_sources(nb)
-    rest = json.dumps([c.source for c in strip_solutions(nb).cells])
-    lines = set()
-    for src in solutions:
-        for line in src.splitlines():
-            line = line.strip()
-            if len(line) >= 12 and json.dumps(line)[1:-1] not in rest:
-                lines.add(line)
-    return lines
-
-
-def test_no_solution_code_survives_in_a_student_notebook(dist):
-    out, written = dist
-    for student_path in written["student"]:
-        instructor = nbformat.read(BOOK / student_path.name, as_version=4)
-        secret_lines = _solution_only_lines(instructor)
-        assert secret_lines, f"{student_path.name}: found no solution to check"
-        student_text = student_path.read_text()
-        leaked = [line for line in secret_lines if json.dumps(line)[1:-1] in student_text]
-        assert not leaked, f"{student_path.name} leaks solution lines: {leaked[:3]}"
-
-
-def test_instructor_notebooks_pass_every_checker_they_call(dist):
-    out, written = dist
-    for path in written["instructor"]:
-        nb = nbformat.read(path, as_version=4)
-        checker_cells = [c for c in nb.cells if c.cell_type == "code" and "check(" in c.source]
-        assert checker_cells, f"{path.name}: no checker call"
-        for cell in checker_cells:
-            text = "".join(o.get("text", "") for o in cell.outputs)
-            assert "passed" in text and "not yet right" not in text and "not answered" not in text, (
-                f"{path.name}: checker cell {cell.source!r} printed {text!r}"
-            )
-
-
-def _student_notebooks() -> list[str]:
-    return [p.name for p in sorted(BOOK.glob("*.ipynb")) if "{exercise}" in p.read_text()]
-
-
-@pytest.mark.parametrize("name", _student_notebooks())
-def test_student_notebook_runs_top_to_bottom_and_reports_not_answered(name, dist):
-    from nbclient import NotebookClient
-
-    out, _ = dist
-    nb = nbformat.read(out / "student" / name, as_version=4)
-    NotebookClient(nb, timeout=900, kernel_name="python3",
-                   resources={"metadata": {"path": str(BOOK)}}).execute()
-    checker_cells = [c for c in nb.cells if c.cell_type == "code" and "check(" in c.source]
-    assert checker_cells
-    for cell in checker_cells:
-        text = "".join(o.get("text", "") for o in cell.outputs)
-        assert "not answered yet" in text, f"{name}: checker cell {cell.source!r} printed {text!r}"
-
-
-def test_checker_results_reads_every_verdict_of_the_stored_instructor_outputs():
-    nb = nbformat.read(BOOK / "03_scoring_functions.ipynb", as_version=4)
-    calls = [c for c in nb.cells if c.cell_type == "code" and "check(" in c.source]
-    rows = checker_results(nb)
-    assert len(rows) == len(calls) >= 2
-    assert {status for _, status, _ in rows} == {"passed"}
-
-
-def test_grading_a_submission_reports_each_exercise_and_survives_a_crashing_cell(tmp_path):
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [
-        code("import torch\nfrom course_lib.exercises import check"),
-        code("def stub(X, valid_lens=None):\n    raise NotImplementedError"),
-        code('_ = check("scoring.masked_softmax", stub)'),
-        code("1 / 0  # a broken cell must not stop the grading"),
-        code("def ignores_mask(X, valid_lens=None):\n    return torch.softmax(X, dim=-1)"),
-        code('_ = check("scoring.masked_softmax", ignores_mask)'),
-        code('undefined_name\n_ = check("scoring.masked_softmax", stub)'),
-    ]
-    path = tmp_path / "submission.ipynb"
-    nbformat.write(nb, path)
-    rows = grade_notebook(path)
-    assert [(exercise, status) for exercise, status, _ in rows] == [
-        ("scoring.masked_softmax", "not answered"),
-        ("scoring.masked_softmax", "not yet right"),
-        ("scoring.masked_softmax", "not run"),
-    ]
-    assert "not yet right" in rows[1][2] and len(rows[1][2]) > len("scoring.masked_softmax: not yet right. ")
-    assert nbformat.read(path, as_version=4).cells[2].outputs == [], "the submission file must stay untouched"
-
-
-def test_grade_command_prints_a_summary_and_rejects_a_missing_file(tmp_path, capsys):
-    from course_lib.assignments import main
-
-    assert main(["grade", str(tmp_path / "nope.ipynb")]) == 2
-    assert "no notebook" in capsys.readouterr().err
-    assert main(["grade"]) == 2
-
-
-def test_every_exercise_statement_survives_in_the_student_notebook(dist):
-    out, written = dist
-    for student_path in written["student"]:
-        instructor = (BOOK / student_path.name).read_text()
-        labels = set(re.findall(r":label: (\S+?)\\n", instructor))
-        assert labels, f"{student_path.name}: no exercise labels found"
-        student = student_path.read_text()
-        missing = sorted(label for label in labels if f":label: {label}" not in student)
-        assert not missing, f"{student_path.name}: the statements of {missing} are missing from the student version"
-
-
 def test_text_sharing_a_cell_with_a_marker_is_kept_and_the_solution_is_not():
     nb = nbformat.v4.new_notebook()
     nb.cells = [
@@ -218,5 +105,234 @@ def test_text_sharing_a_cell_with_a_marker_is_kept_and_the_solution_is_not():
         assert kept in text, kept
     for secret in ("SECRET-HEAD", "SECRET_CODE", "SECRET-TAIL", "SECRET-INLINE", "solution-start", "solution-end"):
         assert secret not in text, secret
-    assert {"SECRET-HEAD", "SECRET_CODE = 1", "SECRET-TAIL", "SECRET-INLINE"} <= {
-        s.strip() for src in solution_sources(nb) for s in src.split("\n\n")}
+
+
+# --- plain Markdown and the otter master notebook (no otter, no execution) -----------------------
+
+
+def test_plain_markdown_has_no_directive_fences_or_roles():
+    text = ("(sec-x)=\n## Title\n\nAs {cite}`vaswani2017` show, see {doc}`the intro <intro>`, {prf:ref}`prop-a` and "
+            "{numref}`fig-b`.\n\n```{prf:proposition} Scaling\n:label: prop-a\n\nBody $x$.\n```\n\n"
+            "````{exercise} Derive\n:label: ex-1\n\nDo it.\n````\n% points: 3\n")
+    plain = to_plain_markdown(text, {"vaswani2017": "Vaswani et al. (2017)"})
+    assert not re.search(r"\{[\w:-]+\}`|^\s*(`{3,}|:{3,})\s*\{", plain, re.MULTILINE), plain
+    for kept in ("As Vaswani et al. (2017) show", "see the intro", "prop-a", "**Proposition (Scaling).** Body $x$.",
+                 "**Exercise: Derive** (ex-1)", "Do it.", "## Title"):
+        assert kept in plain, (kept, plain)
+    assert "(sec-x)=" not in plain and "% points" not in plain
+
+
+def _toy_chapter() -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        md("# Toy"),
+        code('import importlib.util\nif importlib.util.find_spec("course_lib") is None:\n'
+             '    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",\n'
+             '                           "git+https://example.org/course"])'),
+        md("```{exercise} Softmax\n:label: toy-ex-code\n\nWrite it.\n% points: 4\n```"),
+        code("def my_masked_softmax(X, valid_lens):\n    raise NotImplementedError"),
+        code('_ = check("scoring.masked_softmax", my_masked_softmax)'),
+        md("```{solution-start} toy-ex-code\n:class: dropdown\n```\nSECRET-EXPLANATION"),
+        code("def my_masked_softmax(X, valid_lens):\n    return SECRET_CODE"),
+        code('_ = check("scoring.masked_softmax", my_masked_softmax)'),
+        md("```{solution-end}\n```"),
+        md("```{exercise} Derive\n:label: toy-ex-text\n\nDerive it.\n```\n\n"
+           "```{solution} toy-ex-text\n:class: dropdown\n\nSECRET-DERIVATION\n```"),
+    ]
+    return nb
+
+
+def test_master_notebook_has_one_question_per_exercise_with_public_and_hidden_tests():
+    master = master_notebook(_toy_chapter(), "toy")
+    raw = [c.source for c in master.cells if c.cell_type == "raw"]
+    assert raw[0].startswith("# ASSIGNMENT CONFIG")
+    questions = [json.loads(r.split("\n", 1)[1]) for r in raw if r.startswith("# BEGIN QUESTION")]
+    assert questions == [{"name": "toy_ex_code", "points": 4.0, "manual": False},
+                         {"name": "toy_ex_text", "points": 2, "manual": True}]
+    tests = [c.source for c in master.cells if c.cell_type == "code" and "def test_" in c.source]
+    assert len(tests) == 2 and "variant=0" in tests[0] and tests[1].startswith("# HIDDEN") and "variant=1" in tests[1]
+    assert all('check("scoring.masked_softmax", my_masked_softmax' in t for t in tests)
+    sources = [c.source for c in master.cells]
+    assert "def my_masked_softmax(X, valid_lens):\n    raise NotImplementedError" in sources  # the prompt
+    assert any("SECRET_CODE" in s and s.startswith("# BEGIN SOLUTION NO PROMPT") for s in sources)
+    assert not any('_ = check(' in s for s in sources), "the book's check calls become otter tests"
+    setup = next(i for i, s in enumerate(sources) if 'find_spec("course_lib")' in s)
+    assert 'otter.Notebook("toy.ipynb")' in sources[setup + 1] and "otter-grader==" in sources[setup + 1]
+
+
+# --- generated assignments and grading (run otter; grading executes notebooks) --------------------
+
+QUICK = ["01_queries_keys_values", "03_scoring_functions"]
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dist")
+    return out, make_assignments(BOOK, out, chapters=QUICK)
+
+
+def _chapters_with_exercises() -> list[str]:
+    return [p.stem for p in sorted(BOOK.glob("*.ipynb")) if "{exercise}" in p.read_text()]
+
+
+@pytest.mark.notebooks
+def test_every_chapter_with_exercises_gets_a_student_notebook_and_an_autograder(tmp_path):
+    assert main(["generate", "--book", str(BOOK), "--out", str(tmp_path)]) == 0
+    chapters = _chapters_with_exercises()
+    assert len(chapters) >= 10
+    for version, suffix in (("instructor", ".ipynb"), ("student", ".ipynb"), ("autograder", ".zip"),
+                            ("autograder", ".json")):
+        assert sorted(p.stem for p in (tmp_path / version).glob(f"*{suffix}")) == chapters, version
+    for chapter in chapters:
+        _check_student_notebook(tmp_path / "student" / f"{chapter}.ipynb")
+
+
+def _check_student_notebook(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    instructor = nbformat.read(BOOK / path.name, as_version=4)
+    assert nb.metadata["kernelspec"]["name"] == "python3", path.name
+    text = "\n".join(c.source for c in nb.cells)
+    fences = re.findall(r"^\s*(?:`{3,}|:{3,})\s*\{[\w:-]+\}.*$", text, re.MULTILINE)
+    roles = re.findall(r"\{[\w:-]+\}`[^`]*`", text)
+    assert not fences and not roles, (path.name, fences[:3], roles[:3])
+    assert "NBVAL" not in text and not any("nbval" in t for c in nb.cells for t in c.metadata.get("tags", []))
+    assert all(c.outputs == [] for c in nb.cells if c.cell_type == "code")
+    # The setup installs course_lib (from the book's one install source) and otter-grader, then the grader.
+    setup = [c.source for c in nb.cells if c.cell_type == "code"][:2]
+    assert 'find_spec("course_lib")' in setup[0] and "otter-grader" in setup[1] and "otter.Notebook(" in setup[1]
+    # Every statement survives; no line that only a solution has leaks; only public tests are in the notebook.
+    labels = re.findall(r"\{exercise\}[^\n]*\n:label: (\S+)",
+                        "\n".join(c.source for c in instructor.cells if c.cell_type == "markdown"))
+    missing = [label for label in labels if f"({label}" not in text]
+    assert not missing, (path.name, missing)
+    leaked = [line for line in _solution_only_lines(instructor) if line in text]
+    assert not leaked, (path.name, leaked[:3])
+    tests = json.dumps(nb.metadata["otter"]["tests"])
+    assert "variant=0" in tests and "variant=1" not in tests and "hidden=True" not in tests
+
+
+def _solution_only_lines(nb: nbformat.NotebookNode) -> set[str]:
+    """Lines that occur in solutions and nowhere else in the instructor notebook."""
+    rest = "\n".join(c.source for c in strip_solutions(nb).cells)
+    return {line.strip() for src in solution_sources(nb) for line in src.splitlines()
+            if len(line.strip()) >= 12 and line.strip() not in rest}
+
+
+@pytest.mark.notebooks
+def test_quick_chapters_student_notebooks_read_cleanly_and_autograders_hold_hidden_tests(dist):
+    import zipfile
+
+    out, written = dist
+    for chapter in QUICK:
+        _check_student_notebook(out / "student" / f"{chapter}.ipynb")
+        with zipfile.ZipFile(out / "autograder" / f"{chapter}.zip") as zipped:
+            names = zipped.namelist()
+            tests = "".join(zipped.read(n).decode() for n in names if n.startswith("tests/"))
+            config = json.loads(zipped.read("otter_config.json"))
+        assert "hidden=True" in tests and "variant=1" in tests and "from course_lib.exercises import check" in tests
+        assert "requirements.txt" not in names, "otter run must have nothing to install"
+        assert config["assignment_name"] == chapter and config["show_hidden"] is False
+        manifest = json.loads((out / "autograder" / f"{chapter}.json").read_text())
+        assert {q["manual"] for q in manifest} == {True, False}
+
+
+def _edit(nb: nbformat.NotebookNode, exercise: str, source: str, *, after: bool = False) -> nbformat.NotebookNode:
+    """Replace the answer cell of ``exercise`` (or insert a cell after it) in a copy of ``nb``."""
+    import copy
+
+    nb = copy.deepcopy(nb)
+    index = next(i for i, c in enumerate(nb.cells) if c.metadata.get("course_lib", {}).get("exercise") == exercise)
+    if after:
+        nb.cells.insert(index + 1, code(source))
+    else:
+        nb.cells[index].source = source
+    return nb
+
+
+WRONG_MASKED_SOFTMAX = '''def my_masked_softmax(X, valid_lens):
+    if valid_lens is None:
+        return torch.softmax(X, dim=-1)
+    lens = valid_lens[:, None, None] if valid_lens.dim() == 1 else valid_lens[:, :, None]
+    keep = torch.arange(X.shape[-1]) < lens
+    return torch.softmax(X.masked_fill(~keep, float("-inf")), dim=-1)  # NaN for fully masked rows'''
+
+RIGHT_ADDITIVE = '''def additive_score(queries, keys, W_q, W_k, w_v):
+    return torch.tanh((queries @ W_q.T)[:, :, None] + (keys @ W_k.T)[:, None]) @ w_v'''
+
+FORGER = '''def check(*args, **kwargs):
+    print("attention_pooling.attention_weights: passed (6 checks).")
+class Forged:
+    def check(self, *args, **kwargs):
+        print("All test cases passed!")
+grader = Forged()
+attention_weights = lambda *args, **kwargs: print("passed")
+print("attention_pooling.attention_weights: passed (6 checks).")
+_ = check("attention_pooling.attention_weights", attention_weights)'''
+
+
+@pytest.mark.notebooks
+def test_grading_gives_points_messages_and_survives_an_endless_loop(dist, tmp_path):
+    out, _ = dist
+    student = {c: nbformat.read(out / "student" / f"{c}.ipynb", as_version=4) for c in QUICK}
+    subs = tmp_path / "submissions"
+    subs.mkdir()
+    files = {
+        "loop": _edit(student["01_queries_keys_values"], "ch01-ex-attention-weights", "while True:\n    pass"),
+        "unanswered": student["01_queries_keys_values"],
+        "forger": _edit(student["01_queries_keys_values"], "ch01-ex-attention-weights", FORGER, after=True),
+        "wrong": _edit(_edit(_edit(student["03_scoring_functions"], "ch03-ex-masked-softmax", WRONG_MASKED_SOFTMAX),
+                             "ch03-ex-additive", RIGHT_ADDITIVE), "ch03-ex-variance", "Var = d, so divide by sqrt(d)."),
+    }
+    paths = {}
+    for name, nb in files.items():
+        chapter = "01_queries_keys_values" if name != "wrong" else "03_scoring_functions"
+        paths[name] = subs / name / f"{chapter}.ipynb"  # GitHub Classroom style: one folder per student
+        paths[name].parent.mkdir()
+        nbformat.write(nb, paths[name])
+    instructor = [out / "instructor" / f"{c}.ipynb" for c in QUICK]
+
+    # The endless loop is cut at the timeout and the next submission of the batch is still graded.
+    grades = tmp_path / "grades"
+    rows, all_graded = grade([paths["loop"], paths["unanswered"]], grades / "a", out / "autograder", timeout=45)
+    assert not all_graded
+    rows2, all_graded2 = grade([*instructor, paths["wrong"], paths["forger"]], grades / "b", out / "autograder",
+                               timeout=300)
+    assert all_graded2
+
+    table = {}
+    for folder in ("a", "b"):
+        with open(grades / folder / "grades.csv", newline="") as f:
+            reader = csv.DictReader(f)
+            assert tuple(reader.fieldnames) == GRADE_COLUMNS
+            for row in reader:
+                who = Path(row["submission"]).parent.name
+                table[who, row["exercise"]] = (row["points"], row["max_points"], row["status"])
+    assert table["loop", "ch01-ex-attention-weights"] == ("0.0", "2.0", "timeout")
+    assert table["loop", "ch01-ex-database-lookup"] == ("0.0", "2.0", "timeout")
+    assert table["unanswered", "ch01-ex-attention-weights"] == ("0.0", "2.0", "not answered")
+    assert table["unanswered", "ch01-ex-database-lookup"] == ("0.0", "2.0", "not answered")
+    assert table["unanswered", "ch01-ex-convex"] == ("", "2.0", "manual")
+    for chapter, exercises in (("01_queries_keys_values", ("ch01-ex-attention-weights", "ch01-ex-database-lookup")),
+                               ("03_scoring_functions", ("ch03-ex-masked-softmax", "ch03-ex-additive"))):
+        for exercise in exercises:
+            assert table["instructor", exercise] == ("2.0", "2.0", "passed"), (chapter, exercise)
+    assert table["forger", "ch01-ex-attention-weights"] == ("0.0", "2.0", "failed")
+    assert table["wrong", "ch03-ex-masked-softmax"] == ("0.0", "2.0", "failed")
+    assert table["wrong", "ch03-ex-additive"] == ("2.0", "2.0", "passed")  # partial credit for the chapter
+
+    feedback = (grades / "b" / "003_03_scoring_functions" / "feedback.md").read_text()
+    assert "fully masked rows" in feedback and "contain NaN" in feedback  # the checker's specific message
+    answers = (grades / "b" / "003_03_scoring_functions" / "manual_answers.md").read_text()
+    assert "Var = d, so divide by sqrt(d)." in answers and "## ch03-ex-gaussian-dot" in answers
+    timeout_feedback = (grades / "a" / "001_01_queries_keys_values" / "feedback.md").read_text()
+    assert "timeout" in timeout_feedback
+    print("\n".join(f"{k}: {v}" for k, v in sorted(table.items())))
+
+
+def test_grade_command_has_help_and_fails_clearly(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["grade", "--help"])
+    assert exit_info.value.code == 0
+    assert "untrusted code" in capsys.readouterr().out
+    assert main(["grade", "--out", str(tmp_path / "g"), "--autograders", str(tmp_path), "x.ipynb"]) == 2
+    assert "no autograder" in capsys.readouterr().err

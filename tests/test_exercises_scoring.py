@@ -148,8 +148,14 @@ def test_additive_notebook_solution_passes():
 
 def test_additive_scores_of_library_pass_the_checker():
     # The library implementation is independent of the checker's loop reference: both must agree.
-    result = check("scoring.additive_score", cl.additive_scores, quiet=True)
+    def library(*args):
+        return cl.additive_scores(*args)
+
+    result = check("scoring.additive_score", library, quiet=True)
     assert result.passed, result.message
+    # Handing in the library's own function is not an answer.
+    result = check("scoring.additive_score", cl.additive_scores, quiet=True)
+    assert not result.passed and "course_lib's own" in result.message
 
 
 @pytest.mark.parametrize(

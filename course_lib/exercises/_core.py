@@ -162,6 +162,17 @@ def _student_frame(error: BaseException) -> traceback.FrameSummary | None:
     return frames[-1] if frames else None
 
 
+def _library_origin(answer: object) -> str | None:
+    """The course_lib file that defines ``answer`` when it is the library's own function or class."""
+    code = getattr(getattr(answer, "__func__", answer), "__code__", None)
+    module = sys.modules.get(getattr(answer, "__module__", None) or "")
+    filename = code.co_filename if code is not None else getattr(module, "__file__", None) if isinstance(
+        answer, type) else None
+    if filename and Path(filename).resolve().is_relative_to(_PACKAGE_DIR):
+        return Path(filename).resolve().relative_to(_PACKAGE_DIR.parent).as_posix()
+    return None
+
+
 def check(exercise_id: str, answer: object, *, quiet: bool = False, variant: int = 0) -> CheckResult:
     """Run the checker of ``exercise_id`` on ``answer``, print feedback and return the result.
 
@@ -183,6 +194,9 @@ def check(exercise_id: str, answer: object, *, quiet: bool = False, variant: int
     try:
         if _is_stub(answer):
             raise _NotAnswered
+        origin = _library_origin(answer)
+        if origin is not None:
+            raise ExerciseFailure(f"this is course_lib's own implementation ({origin}); the exercise asks for yours.")
         n = fn(answer) or 0
         result = CheckResult(exercise_id, True, True,
                              f"{exercise_id}: passed ({n} checks)." if n else

@@ -1,0 +1,172 @@
+"""The checkers' shared scaffolding (``course_lib/exercises/_core.py``), and two properties every checker of
+the book must have: its generic final comparison catches a wrong answer that matches no anticipated mistake,
+and the book's worked solution also passes the hidden variant of its cases (the autograder's hidden tests)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from notebook_solutions import solution_cells, solution_namespace, stub
+
+from course_lib.exercises import ExerciseFailure, _core, check, checker
+
+BOOK = Path(__file__).resolve().parents[1] / "book"
+_CALL = re.compile(r"check\(\s*\"([^\"]+)\",\s*(\w+)\s*\)")
+
+
+def _book_exercises() -> list[tuple[str, str, str, str]]:
+    """``(notebook, solution label, exercise id, answer name)`` of every checker call inside a solution."""
+    found = []
+    for path in sorted(BOOK.glob("*.ipynb")):
+        label = None
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "markdown":
+                start = re.search(r"\{solution-start\}\s+(\S+)", cell.source)
+                if start:
+                    label = start.group(1)
+                if "{solution-end}" in cell.source and not start:
+                    label = None
+            elif label is not None:
+                found.extend((path.name, label, ex, name) for ex, name in _CALL.findall(cell.source))
+    return found
+
+
+EXERCISES = _book_exercises()
+
+
+def test_every_registered_checker_is_called_in_a_worked_solution():
+    assert sorted({ex for _, _, ex, _ in EXERCISES}) == sorted(_core.list_exercises())
+
+
+def _perturb(value: object) -> object:
+    """A slightly wrong result: one entry changed, which matches none of the checkers' anticipated mistakes."""
+    if isinstance(value, torch.Tensor):
+        flat = value.reshape(-1).clone()
+        k = int(flat.detach().float().abs().argmax())
+        if flat.dtype == torch.bool:
+            flat[k] = ~flat[k]
+        elif flat.is_floating_point():
+            flat[k] = flat[k] * 1.01 + 1e-3
+        else:
+            flat[k] = flat[k] + 1
+        return flat.reshape(value.shape)
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value * 1.01 + 1e-3
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, (list, tuple)) and value:
+        return type(value)([_perturb(value[0]), *value[1:]])
+    raise TypeError(f"no perturbation for {type(value).__name__}")
+
+
+def _solution(notebook: str, label: str, name: str):
+    """The worked solution ``name``, with the functions of the chapter's earlier solutions it may call."""
+    ns = solution_namespace(notebook)
+    labels = [lab for nb, lab, _, _ in EXERCISES if nb == notebook]
+    for earlier in dict.fromkeys(labels[:labels.index(label) + 1]):
+        for source in solution_cells(notebook, earlier):
+            if "def " in source:
+                try:  # a cell may also run code that needs the chapter's variables: the defs come first
+                    exec(compile(source, f"{notebook}:{earlier}", "exec"), ns)
+                except Exception:
+                    pass
+    assert name in ns, f"no solution defines {name}"
+    return ns[name]
+
+
+@pytest.mark.parametrize(("notebook", "label", "exercise", "name"), EXERCISES,
+                         ids=[ex for _, _, ex, _ in EXERCISES])
+def test_generic_comparison_rejects_a_slightly_wrong_answer(notebook, label, exercise, name):
+    solution = _solution(notebook, label, name)
+
+    def slightly_wrong(*args, **kwargs):
+        return _perturb(solution(*args, **kwargs))
+
+    result = check(exercise, slightly_wrong, quiet=True)
+    assert result.answered and not result.checker_error, result.message
+    assert not result.passed, f"{exercise}: an answer with one entry off passed"
+
+
+@pytest.mark.parametrize(("notebook", "label", "exercise", "name"), EXERCISES,
+                         ids=[ex for _, _, ex, _ in EXERCISES])
+def test_worked_solution_passes_the_hidden_variant(notebook, label, exercise, name):
+    solution = _solution(notebook, label, name)
+    for variant in (0, 1):
+        result = check(exercise, solution, quiet=True, variant=variant)
+        assert result.passed, f"variant {variant}: {result.message}"
+
+
+@pytest.fixture
+def registered():
+    """Register throw-away checkers and remove them afterwards (the registry is global)."""
+    ids = []
+
+    def register(exercise_id, fn):
+        checker(exercise_id, "a test checker")(fn)
+        ids.append(exercise_id)
+
+    yield register
+    for exercise_id in ids:
+        _core._CHECKERS.pop(exercise_id)
+
+
+def test_a_bug_in_the_checker_is_not_reported_as_the_students_error(monkeypatch):
+    from course_lib.exercises import scoring
+
+    # The checker's reference now fails (a TypeError raised inside course_lib), after a right answer returned.
+    monkeypatch.setattr(scoring, "_loop_masked_softmax", _core._fmt)
+    solution = _solution("03_scoring_functions.ipynb", "ch03-ex-masked-softmax", "my_masked_softmax")
+    result = check("scoring.masked_softmax", solution, quiet=True)
+    assert result.checker_error and result.status == "checker error"
+    assert "bug in course_lib, not in your answer" in result.message
+    assert "your code raised" not in result.message
+
+
+def test_an_exception_in_the_students_code_is_the_students_error(registered):
+    def direct(answer):
+        answer(0)  # called without the call() wrapper: the student's frame is in the traceback
+        return 1
+
+    registered("_test.direct", direct)
+    result = check("_test.direct", lambda x: 1 / x, quiet=True)
+    assert not result.checker_error and result.status == "not yet right"
+    assert "your code raised ZeroDivisionError" in result.message and "1 / x" in result.message
+
+
+def test_call_names_the_case_and_lets_the_stub_through():
+    with pytest.raises(ExerciseFailure, match=r"case A: your function raised ValueError: bad"):
+        _core.call(lambda: (_ for _ in ()).throw(ValueError("bad")), "case A")
+    with pytest.raises(NotImplementedError):
+        _core.call(stub, "case B", 1)
+    assert _core.call(lambda a, b=0: a + b, "case C", 1, b=2) == 3
+
+
+def test_close_compares_shape_and_values_in_float64():
+    x = torch.tensor([1.0, 2.0])
+    assert _core.close(x, x.double())
+    assert not _core.close(x, torch.tensor([1.0, 2.0, 3.0]))
+    assert not _core.close([1.0, 2.0], x)
+    assert not _core.close(x + 1e-3, x)
+
+
+def test_variants_draw_other_cases_and_the_default_is_restored(registered):
+    draws = []
+
+    def record(answer):
+        draws.append(torch.randn(3, generator=_core.generator(4)))
+        return 1
+
+    registered("_test.record", record)
+    check("_test.record", lambda: None, quiet=True)
+    check("_test.record", lambda: None, quiet=True, variant=1)
+    check("_test.record", lambda: None, quiet=True)
+    assert torch.equal(draws[0], draws[2]) and not torch.equal(draws[0], draws[1])
+    assert _core._VARIANT.get() == 0
