@@ -170,3 +170,27 @@ def test_variants_draw_other_cases_and_the_default_is_restored(registered):
     check("_test.record", lambda: None, quiet=True)
     assert torch.equal(draws[0], draws[2]) and not torch.equal(draws[0], draws[1])
     assert _core._VARIANT.get() == 0
+
+
+@pytest.mark.parametrize("path", sorted(p for p in BOOK.glob("*.ipynb") if "{exercise}" in p.read_text()),
+                         ids=lambda p: p.stem)
+def test_the_book_shows_not_answered_after_each_stub_and_passed_inside_each_solution(path):
+    # What a reader sees under a stub is what a student sees; "passed" belongs to the hidden solution.
+    inside, under_stub, in_solution = False, [], []
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type == "markdown":
+            if "{solution-start}" in cell.source:
+                inside = True
+            if "{solution-end}" in cell.source:
+                inside = False
+            continue
+        if not _CALL.search(cell.source):
+            continue
+        text = "".join(o.get("text", "") for o in cell.outputs)
+        ids = _CALL.findall(cell.source)
+        (in_solution if inside else under_stub).extend(ids)
+        for exercise, _ in ids:
+            expected = "passed" if inside else "not answered yet"
+            assert f"{exercise}: {expected}" in text, (path.name, exercise, text)
+        assert "nbval-check-output" in cell.metadata.get("tags", []), (path.name, cell.source)
+    assert under_stub and sorted(under_stub) == sorted(in_solution), path.name
