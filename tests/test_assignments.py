@@ -336,3 +336,18 @@ def test_grade_command_has_help_and_fails_clearly(tmp_path, capsys):
     assert "untrusted code" in capsys.readouterr().out
     assert main(["grade", "--out", str(tmp_path / "g"), "--autograders", str(tmp_path), "x.ipynb"]) == 2
     assert "no autograder" in capsys.readouterr().err
+
+
+def test_where_otter_cannot_start_grader_check_runs_the_same_checkers(monkeypatch, capsys):
+    import otter
+
+    def colab(*args, **kwargs):
+        raise ValueError("Tests directory ./tests does not exist")  # what otter says in Colab
+
+    monkeypatch.setattr(otter, "Notebook", colab)
+    master = master_notebook(_toy_chapter(), "toy")
+    setup = next(c.source for c in master.cells if "otter.Notebook(" in c.source)
+    ns = {"__name__": "__main__"}
+    exec(compile(setup, "setup", "exec"), ns)
+    exec("def my_masked_softmax(X, valid_lens):\n    raise NotImplementedError\n\ngrader.check('toy_ex_code')", ns)
+    assert "scoring.masked_softmax: not answered yet" in capsys.readouterr().out
