@@ -314,8 +314,10 @@ def _install_source(nb: nbformat.NotebookNode) -> str | None:
     """What the book's setup cell pip-installs course_lib from (its one definition), if it says."""
     for cell in nb.cells:
         if cell.cell_type == "code" and 'find_spec("course_lib")' in cell.source:
-            m = re.search(r"[\"']install[\"'][^\]]*?[\"']([^\"']+)[\"']\s*\]", cell.source)
-            return m.group(1) if m else None
+            m = re.search(r"[\"'](?:git\+)?(https?://[^\"'\s]+)[\"']", cell.source)
+            if m is None:
+                return None
+            return ("git+" if "git+" in cell.source else "") + m.group(1)
     return None
 
 

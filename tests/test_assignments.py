@@ -223,14 +223,18 @@ def test_quick_chapters_student_notebooks_read_cleanly_and_autograders_hold_hidd
     import zipfile
 
     out, written = dist
+    zipped_env = {}
     for chapter in QUICK:
         _check_student_notebook(out / "student" / f"{chapter}.ipynb")
         with zipfile.ZipFile(out / "autograder" / f"{chapter}.zip") as zipped:
             names = zipped.namelist()
             tests = "".join(zipped.read(n).decode() for n in names if n.startswith("tests/"))
             config = json.loads(zipped.read("otter_config.json"))
+            zipped_env[chapter] = zipped.read("environment.yml").decode()
         assert "hidden=True" in tests and "variant=1" in tests and "from course_lib.exercises import check" in tests
         assert "requirements.txt" not in names, "otter run must have nothing to install"
+        # Gradescope's image installs course_lib from the book's one install source.
+        assert "git+https://" in zipped_env[chapter] and "-q" not in zipped_env[chapter]
         assert config["assignment_name"] == chapter and config["show_hidden"] is False
         manifest = json.loads((out / "autograder" / f"{chapter}.json").read_text())
         assert {q["manual"] for q in manifest} == {True, False}
