@@ -194,3 +194,27 @@ def test_the_book_shows_not_answered_after_each_stub_and_passed_inside_each_solu
             assert f"{exercise}: {expected}" in text, (path.name, exercise, text)
         assert "nbval-check-output" in cell.metadata.get("tags", []), (path.name, cell.source)
     assert under_stub and sorted(under_stub) == sorted(in_solution), path.name
+
+
+def test_expect_match_names_the_first_matching_mistake_and_else_compares():
+    expected = torch.tensor([1.0, 2.0, 3.0])
+    mistakes = [(expected.flip(0), "reversed"), (lambda: expected * 2, "doubled")]
+    _core.expect_match(expected.clone(), expected, "v", mistakes)
+    with pytest.raises(ExerciseFailure, match="^doubled$"):
+        _core.expect_match(expected * 2, expected, "v", mistakes)
+    with pytest.raises(ExerciseFailure, match="v: values differ"):  # no anticipated mistake: the generic message
+        _core.expect_match(expected + 0.5, expected, "v", mistakes)
+
+
+def test_count_cases_counts_one_per_case_unless_told_and_stops_at_the_first_failure():
+    assert _core.count_cases([1, 2, 3], lambda case: None) == 3
+    assert _core.count_cases([1, 2], lambda case: 2) == 4
+    seen = []
+
+    def one(case):
+        seen.append(case)
+        _core.expect(case < 2, f"case {case} is wrong")
+
+    with pytest.raises(ExerciseFailure, match="case 2 is wrong"):
+        _core.count_cases([1, 2, 3], one)
+    assert seen == [1, 2]

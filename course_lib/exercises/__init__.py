@@ -15,7 +15,17 @@ Each chapter's checkers live in a module named after the chapter (``attention_po
 
 from __future__ import annotations
 
-from ._core import CheckResult, ExerciseFailure, check, checker, expect, expect_close, list_exercises
+from ._core import (
+    CheckResult,
+    ExerciseFailure,
+    check,
+    checker,
+    count_cases,
+    expect,
+    expect_close,
+    expect_match,
+    list_exercises,
+)
 
 # Importing the chapter modules registers their checkers.
 from . import (  # noqa: E402,F401  isort: skip
@@ -31,5 +41,6 @@ from . import (  # noqa: E402,F401  isort: skip
     translation,
 )
 
-__all__ = ["CheckResult", "ExerciseFailure", "check", "checker", "expect", "expect_close",
+__all__ = ["CheckResult", "ExerciseFailure", "check", "checker", "count_cases", "expect", "expect_close",
+           "expect_match",
            "list_exercises"]

@@ -5,11 +5,14 @@ from __future__ import annotations
 import contextvars
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import torch
+
+T = TypeVar("T")
 
 _CHECKERS: dict[str, tuple[Callable[[object], int | None], str]] = {}
 
@@ -139,6 +142,35 @@ def expect_close(actual: object, expected: torch.Tensor, what: str, atol: float 
             f"{what}: values differ (largest difference {worst:.3g}).\n"
             f"  expected {_fmt(expected)}\n  got      {_fmt(actual)}"
         )
+
+
+def expect_match(actual: object, expected: torch.Tensor, what: str,
+                 mistakes: Iterable[tuple[torch.Tensor | Callable[[], torch.Tensor], str]] = (), *,
+                 atol: float = 1e-5, rtol: float = 1e-4) -> None:
+    """Fail unless ``actual`` is close to ``expected``.
+
+    When it is not, the hint of the first anticipated mistake whose result ``actual`` equals is the
+    message (``mistakes``: ``(result, hint)``, the result a tensor or a function computing it only
+    when needed); otherwise the generic comparison of :func:`expect_close`, which always runs last,
+    so that a wrong answer that matches no anticipated mistake still fails.
+    """
+    if not close(actual, expected, atol, rtol):
+        for result, hint in mistakes:
+            if close(actual, result() if callable(result) else result, atol, rtol):
+                raise ExerciseFailure(hint)
+    expect_close(actual, expected, what, atol=atol, rtol=rtol)
+
+
+def count_cases(cases: Iterable[T], check_one: Callable[[T], int | None]) -> int:
+    """Run ``check_one`` on each case in order (the first wrong case raises); the number of checks run.
+
+    Each case counts as one check unless ``check_one`` returns how many it made.
+    """
+    total = 0
+    for case in cases:
+        made = check_one(case)
+        total += 1 if made is None else made
+    return total
 
 
 def _is_stub(answer: object) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from ._core import ExerciseFailure, call, checker, close, expect, expect_close, generator
+from ._core import ExerciseFailure, call, checker, count_cases, expect, expect_close, expect_match, generator
 
 
 def _expect_tensor(got: object, shape: tuple[int, ...], case: str, layout: str) -> None:
@@ -44,38 +44,37 @@ _SPLIT_CASES = [(2, 5, 12, 3), (1, 7, 8, 2), (3, 4, 6, 1), (2, 3, 8, 8)]  # (bat
          "split_heads(X, num_heads): (batch, T, d) -> (batch, h, T, d/h), head i = features i*d_h:(i+1)*d_h")
 def check_split_heads(answer: Callable) -> int:
     g = generator(0)
-    n = 0
-    for batch, T, d, h in _SPLIT_CASES:
+
+    def one(case: tuple[int, int, int, int]) -> None:
+        batch, T, d, h = case
         d_h = d // h
-        case = f"X of shape {(batch, T, d)}, num_heads={h}"
+        name = f"X of shape {(batch, T, d)}, num_heads={h}"
         X = torch.randn(batch, T, d, generator=g, dtype=torch.float64)
         X_before = X.clone()
-        got = call(answer, case, X, h)
-        expect(torch.equal(X, X_before), f"{case}: your function changed X in place")
-        expect(isinstance(got, torch.Tensor), f"{case}: expected a torch.Tensor, got {type(got).__name__}")
+        got = call(answer, name, X, h)
+        expect(torch.equal(X, X_before), f"{name}: your function changed X in place")
+        expect(isinstance(got, torch.Tensor), f"{name}: expected a torch.Tensor, got {type(got).__name__}")
         if tuple(got.shape) == (batch, T, h, d_h) and T != h:
             raise ExerciseFailure(
-                f"{case}: got shape {tuple(got.shape)} = (batch, T, h, d_h): the transpose is missing. After "
+                f"{name}: got shape {tuple(got.shape)} = (batch, T, h, d_h): the transpose is missing. After "
                 "splitting the last axis into (h, d_h), move the head axis before the token axis "
                 "(.transpose(1, 2)) so that each head is an independent (T, d_h) attention problem."
             )
-        _expect_tensor(got, (batch, h, T, d_h), case, "(batch, num_heads, T, d_h)")
-        expected = _split_by_slices(X, h)
-        if not close(got, expected) and h > 1:
-            if close(got, X.reshape(batch, h, T, d_h)):
-                raise ExerciseFailure(
-                    f"{case}: you reshaped (batch, T, d) straight to (batch, h, T, d_h). The shape is right but "
-                    "tokens and heads are mixed: row r of 'head 0' is head r % h of token r // h. Reshape to "
-                    "(batch, T, h, d_h) first, then .transpose(1, 2)."
-                )
-            if close(got, X.reshape(batch, T, d_h, h).permute(0, 3, 1, 2)):
-                raise ExerciseFailure(
-                    f"{case}: the heads are split along the wrong axis: your head i holds every h-th feature "
-                    f"(i, i + h, ...), but head i must hold the contiguous block i*d_h, ..., (i+1)*d_h - 1 "
-                    "(the rows of W_q that belong to it). Reshape to (batch, T, h, d_h), not (batch, T, d_h, h)."
-                )
-        expect_close(got, expected, f"{case} (head i must be X[..., i*d_h:(i+1)*d_h])", atol=1e-6)
-        n += 1
+        _expect_tensor(got, (batch, h, T, d_h), name, "(batch, num_heads, T, d_h)")
+        mistakes = [
+            (X.reshape(batch, h, T, d_h),
+             f"{name}: you reshaped (batch, T, d) straight to (batch, h, T, d_h). The shape is right but "
+             "tokens and heads are mixed: row r of 'head 0' is head r % h of token r // h. Reshape to "
+             "(batch, T, h, d_h) first, then .transpose(1, 2)."),
+            (X.reshape(batch, T, d_h, h).permute(0, 3, 1, 2),
+             f"{name}: the heads are split along the wrong axis: your head i holds every h-th feature "
+             f"(i, i + h, ...), but head i must hold the contiguous block i*d_h, ..., (i+1)*d_h - 1 "
+             "(the rows of W_q that belong to it). Reshape to (batch, T, h, d_h), not (batch, T, d_h, h)."),
+        ]
+        expect_match(got, _split_by_slices(X, h), f"{name} (head i must be X[..., i*d_h:(i+1)*d_h])",
+                     mistakes if h > 1 else (), atol=1e-6)
+
+    n = count_cases(_SPLIT_CASES, one)
 
     X = torch.randn(2, 5, 10, generator=g)
     try:
@@ -101,34 +100,33 @@ def check_split_heads(answer: Callable) -> int:
          "merge_heads(X): (batch, h, T, d_h) -> (batch, T, h*d_h), the inverse of split_heads")
 def check_merge_heads(answer: Callable) -> int:
     g = generator(1)
-    n = 0
-    for batch, T, d, h in _SPLIT_CASES:
+
+    def one(case: tuple[int, int, int, int]) -> int:
+        batch, T, d, h = case
         d_h = d // h
-        case = f"X of shape {(batch, h, T, d_h)}"
+        name = f"X of shape {(batch, h, T, d_h)}"
         X = torch.randn(batch, h, T, d_h, generator=g, dtype=torch.float64)
-        got = call(answer, case, X)
-        _expect_tensor(got, (batch, T, d), case, "(batch, T, h * d_h)")
-        expected = _merge_by_concat(X)
-        if not close(got, expected) and h > 1:
-            if close(got, X.reshape(batch, T, d)):
-                raise ExerciseFailure(
-                    f"{case}: you reshaped (batch, h, T, d_h) straight to (batch, T, h*d_h), which mixes tokens "
-                    "and heads. Move the token axis back in front of the heads first: "
-                    ".transpose(1, 2).reshape(batch, T, h * d_h)."
-                )
-            if close(got, X.permute(0, 2, 3, 1).reshape(batch, T, d)):
-                raise ExerciseFailure(
-                    f"{case}: the features of the heads are interleaved (head 0's first feature, head 1's first "
-                    "feature, ...). Concatenate them instead: head i must fill the features i*d_h:(i+1)*d_h, "
-                    "so transpose to (batch, T, h, d_h) before the reshape."
-                )
-        expect_close(got, expected, f"{case} (the heads concatenated along the features)", atol=1e-6)
+        got = call(answer, name, X)
+        _expect_tensor(got, (batch, T, d), name, "(batch, T, h * d_h)")
+        mistakes = [
+            (X.reshape(batch, T, d),
+             f"{name}: you reshaped (batch, h, T, d_h) straight to (batch, T, h*d_h), which mixes tokens "
+             "and heads. Move the token axis back in front of the heads first: "
+             ".transpose(1, 2).reshape(batch, T, h * d_h)."),
+            (X.permute(0, 2, 3, 1).reshape(batch, T, d),
+             f"{name}: the features of the heads are interleaved (head 0's first feature, head 1's first "
+             "feature, ...). Concatenate them instead: head i must fill the features i*d_h:(i+1)*d_h, "
+             "so transpose to (batch, T, h, d_h) before the reshape."),
+        ]
+        expect_match(got, _merge_by_concat(X), f"{name} (the heads concatenated along the features)",
+                     mistakes if h > 1 else (), atol=1e-6)
         # merge_heads must undo the split: the original tokens come back.
         tokens = torch.randn(batch, T, d, generator=g, dtype=torch.float64)
-        expect_close(call(answer, case, _split_by_slices(tokens, h)), tokens,
+        expect_close(call(answer, name, _split_by_slices(tokens, h)), tokens,
                      f"merge_heads(split(X)) must give X back, for X of shape {(batch, T, d)}", atol=1e-6)
-        n += 2
-    return n
+        return 2
+
+    return count_cases(_SPLIT_CASES, one)
 
 
 # ----------------------------------------------------------------------------- multi-head attention
@@ -180,35 +178,32 @@ def _variant_mha(queries, keys, values, W_q, W_k, W_v, W_o, num_heads, valid_len
     return out @ W_o.T
 
 
-def _mha_hint(got: torch.Tensor, args: tuple, kwargs: dict, num_heads: int, d: int) -> str | None:
-    """Name the mistake whose result equals ``got``, if one does."""
+def _mha_mistakes(args: tuple, kwargs: dict, num_heads: int, d: int) -> list[tuple[Callable, str]]:
+    """The anticipated mistakes: ``(function computing that mistake's result, hint)``."""
     queries, keys, values, W_q, W_k, W_v, W_o = args
     transposed = (queries, keys, values, W_q.T, W_k.T, W_v.T, W_o.T)
-    candidates = [
-        (_variant_mha(*transposed, num_heads, **kwargs),
+    mistakes = [
+        (lambda: _variant_mha(*transposed, num_heads, **kwargs),
          "you used the weights untransposed (X @ W_q instead of X @ W_q.T). The matrices are in nn.Linear's "
          "layout (out, in): Q = queries @ W_q.T, and likewise for W_k, W_v and W_o."),
-        (_variant_mha(*args, num_heads, **kwargs, scale=math.sqrt(d)),
+        (lambda: _variant_mha(*args, num_heads, **kwargs, scale=math.sqrt(d)),
          f"your scores are divided by sqrt(d) = sqrt({d}); each head's dot products have d_h = d / h = "
          f"{d // num_heads} terms, so divide by sqrt(d_h)."),
-        (_variant_mha(*args, num_heads, **kwargs, scale=1.0),
+        (lambda: _variant_mha(*args, num_heads, **kwargs, scale=1.0),
          "your scores are not scaled: divide them by sqrt(d_h) before the softmax."),
-        (_variant_mha(*args, num_heads, **kwargs, split="no_transpose"),
+        (lambda: _variant_mha(*args, num_heads, **kwargs, split="no_transpose"),
          "the heads are split with a reshape to (batch, h, T, d_h) without a transpose, which mixes tokens and "
          "heads. Reshape to (batch, T, h, d_h), then .transpose(1, 2) (and undo both when merging)."),
-        (_variant_mha(*args, num_heads, **kwargs, softmax_dim=-2),
+        (lambda: _variant_mha(*args, num_heads, **kwargs, softmax_dim=-2),
          "the softmax is taken over the queries (dim=-2); the weights of a query must sum to 1 over the keys "
          "(dim=-1)."),
     ]
     if kwargs.get("valid_lens") is not None:
-        candidates.append(
-            (_variant_mha(*args, num_heads, **kwargs, use_mask=False),
+        mistakes.append(
+            (lambda: _variant_mha(*args, num_heads, **kwargs, use_mask=False),
              "the padded keys are not masked: keys j >= valid_lens[b] must get weight 0 in every head (set "
              "their scores to -inf, with a mask of shape (batch, 1, 1, n_keys), before the softmax)."))
-    for result, hint in candidates:
-        if close(got, result.double(), atol=1e-6):
-            return hint
-    return None
+    return mistakes
 
 
 @checker("multihead.multihead_attention",
@@ -222,10 +217,11 @@ def check_multihead_attention(answer: Callable) -> int:
         (3, 4, 4, 16, 4, torch.tensor([4, 1, 3]), True),
         (1, 2, 3, 6, 1, None, False),
     ]
-    n = 0
-    for batch, n_q, n_k, d, h, valid_lens, is_self in cases:
+
+    def one(case: tuple) -> None:
+        batch, n_q, n_k, d, h, valid_lens, is_self = case
         kind = "self-attention" if is_self else "cross-attention"
-        case = (f"{kind}, queries {(batch, n_q, d)}, keys {(batch, n_k, d)}, num_heads={h}"
+        name = (f"{kind}, queries {(batch, n_q, d)}, keys {(batch, n_k, d)}, num_heads={h}"
                 + ("" if valid_lens is None else f", valid_lens={valid_lens.tolist()}"))
         X = torch.randn(batch, n_k, d, generator=g, dtype=torch.float64)
         queries = X if is_self else torch.randn(batch, n_q, d, generator=g, dtype=torch.float64)
@@ -235,14 +231,10 @@ def check_multihead_attention(answer: Callable) -> int:
         W = [torch.randn(d, d, generator=g, dtype=torch.float64) * (1.5 / math.sqrt(d)) for _ in range(4)]
         args = (queries, keys, values, *W)
         kwargs = {} if valid_lens is None else {"valid_lens": valid_lens}
-        got = call(answer, case, *args, h, **kwargs)
-        _expect_tensor(got, (batch, n_q, d), case, "(batch, n_queries, d)")
-        expect(not bool(torch.isnan(got.detach()).any()), f"{case}: your output contains NaN")
-        expected = _loop_mha(*args, h, **kwargs)
-        if not close(got, expected):
-            hint = _mha_hint(got.detach().to("cpu", torch.float64), args, kwargs, h, d)
-            if hint is not None:
-                raise ExerciseFailure(f"{case}: {hint}")
-        expect_close(got, expected, case, atol=1e-6)
-        n += 1
-    return n
+        got = call(answer, name, *args, h, **kwargs)
+        _expect_tensor(got, (batch, n_q, d), name, "(batch, n_queries, d)")
+        expect(not bool(torch.isnan(got.detach()).any()), f"{name}: your output contains NaN")
+        mistakes = [(result, f"{name}: {hint}") for result, hint in _mha_mistakes(args, kwargs, h, d)]
+        expect_match(got, _loop_mha(*args, h, **kwargs), name, mistakes, atol=1e-6)
+
+    return count_cases(cases, one)

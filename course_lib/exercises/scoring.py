@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from ._core import ExerciseFailure, call, checker, expect, expect_close, generator
+from ._core import ExerciseFailure, call, checker, count_cases, expect, expect_close, expect_match, generator
 
 
 def _loop_masked_softmax(X: torch.Tensor, valid_lens: torch.Tensor | None) -> torch.Tensor:
@@ -149,8 +149,9 @@ def check_additive_score(answer: Callable) -> int:
     g = generator(5)
     # (batch, n_q, n_k, d_q, d_k, h): sizes that differ, one query, and d_q == d_k with W_q != W_k.
     cases = [(2, 3, 5, 20, 2, 8), (1, 1, 4, 3, 6, 5), (2, 4, 4, 6, 6, 7)]
-    n = 0
-    for batch, n_q, n_k, d_q, d_k, h in cases:
+
+    def one(case: tuple[int, int, int, int, int, int]) -> None:
+        batch, n_q, n_k, d_q, d_k, h = case
         name = f"queries {(batch, n_q, d_q)}, keys {(batch, n_k, d_k)}, h={h}"
         queries = torch.randn(batch, n_q, d_q, generator=g)
         keys = torch.randn(batch, n_k, d_k, generator=g)
@@ -165,15 +166,13 @@ def check_additive_score(answer: Callable) -> int:
                 f"{name}: expected shape {(batch, n_q, n_k)} = (batch, n_queries, n_keys), got "
                 f"{tuple(got.shape)}: axis 1 must index the queries and axis 2 the keys."
             )
-        got64 = got.detach().to("cpu", torch.float64)
-        if tuple(got.shape) == tuple(expected.shape) and not torch.allclose(got64, expected, atol=1e-5):
-            without_tanh = _loop_additive(queries, keys, W_q, W_k, w_v, activation=lambda x: x)
-            expect(not torch.allclose(got64, without_tanh, atol=1e-5),
-                   f"{name}: your scores equal w_v^T (W_q q + W_k k): the tanh is missing. Without it the "
-                   "score is linear, q and k no longer interact and the softmax over keys ignores the query.")
-            if tuple(got.shape) == (batch, n_q, n_k) and n_q == n_k:
-                expect(not torch.allclose(got64, expected.transpose(1, 2), atol=1e-5),
-                       f"{name}: your result is transposed: entry [b, i, j] must score query i against key j.")
-        expect_close(got, expected, name)
-        n += 1
-    return n
+        mistakes = [
+            (lambda: _loop_additive(queries, keys, W_q, W_k, w_v, activation=lambda x: x),
+             f"{name}: your scores equal w_v^T (W_q q + W_k k): the tanh is missing. Without it the "
+             "score is linear, q and k no longer interact and the softmax over keys ignores the query."),
+            (expected.transpose(1, 2),
+             f"{name}: your result is transposed: entry [b, i, j] must score query i against key j."),
+        ]
+        expect_match(got, expected, name, mistakes)
+
+    return count_cases(cases, one)
