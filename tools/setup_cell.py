@@ -9,6 +9,7 @@ It imports course_lib and, where course_lib is missing (Colab, a student's fresh
 first installs it with pip from the course's repository, or from ``COURSE_LIB_SOURCE`` when that
 variable is set (any source pip accepts: a local folder, a wheel, another git URL). The tests use the
 variable to run this very install path from a local copy of the repository, offline.
+``course_lib.assignments`` reads the repository URL from this cell for the autograder's image.
 """
 
 from __future__ import annotations
@@ -21,21 +22,20 @@ REPOSITORY = "https://github.com/attention-course/attention-from-first-principle
 SETUP_CELL = f"""\
 # Setup, the same here and in Colab: installs course_lib where it is missing,
 # from COURSE_LIB_SOURCE if set (any pip source), else from the repository.
+import importlib.util
 import os
 import subprocess
 import sys
 
+if importlib.util.find_spec("course_lib") is None:
+    url = "{REPOSITORY}"
+    source = os.environ.get("COURSE_LIB_SOURCE", f"git+{{url}}")
+    pip = [sys.executable, "-m", "pip", "install", "-q"]
+    subprocess.check_call([*pip, source])
 import matplotlib.pyplot as plt
 import torch
 
-try:
-    import course_lib as cl
-except ModuleNotFoundError:  # Colab, or a fresh environment
-    repo = "{REPOSITORY.removeprefix("https://")}"
-    source = os.environ.get("COURSE_LIB_SOURCE", "git+https://" + repo)
-    pip = [sys.executable, "-m", "pip", "install", "-q"]
-    subprocess.check_call(pip + [source])
-    import course_lib as cl
+import course_lib as cl
 from course_lib.exercises import check
 
 device = cl.try_gpu()  # the GPU when there is one
