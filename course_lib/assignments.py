@@ -50,6 +50,12 @@ __all__ = ["strip_solutions", "solution_sources", "to_plain_markdown", "master_n
 DEFAULT_POINTS = 2  # per exercise, when the statement does not say ``% points: N``
 GRADE_COLUMNS = ("submission", "exercise", "points", "max_points", "status")
 ANSWER_PROMPT = "_Type your answer here, replacing this text._"
+ASSIGNMENT_BANNER = (
+    "**Assignment version.** Run the notebook from the top. For each coding exercise, replace "
+    "`raise NotImplementedError` with your code and run the `grader.check(...)` cell below it: it runs the "
+    "public tests and says what is still wrong. For derivations and experiments, write your answer in the "
+    "cell provided. When it is graded, hidden tests run your code on other cases. Hand in this notebook."
+)
 
 # A fenced {solution} directive: the opening fence (3+ backticks or colons) up to the same fence.
 _SOLUTION_BLOCK = re.compile(
@@ -468,6 +474,9 @@ def master_notebook(nb: nbformat.NotebookNode, chapter: str,
                         cells.append(nbformat.v4.new_code_cell(""))  # the grading setup, written below
                         setup_done = True
     flush()
+    title = next((i for i, c in enumerate(cells) if c.cell_type == "markdown"), None)
+    if title is not None:
+        cells.insert(title + 1, md(ASSIGNMENT_BANNER))
     setup = _grading_setup_cell(chapter, public)
     if setup_done:
         index = next(i for i, c in enumerate(cells) if c.cell_type == "code" and 'find_spec("course_lib")' in c.source)
