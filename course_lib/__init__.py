@@ -34,7 +34,15 @@ from .nadaraya_watson import (
     leave_one_out,
     nadaraya_watson,
 )
-from .plotting import plot_curves, plot_kernels, plot_regression, show_heatmaps
+from .plotting import (
+    BOOK_STYLE,
+    COLUMN_WIDTH,
+    plot_curves,
+    plot_kernels,
+    plot_regression,
+    show_heatmaps,
+    use_book_style,
+)
 from .positional import LearnedPositionalEmbedding, PositionalEncoding, sinusoidal_table
 from .progress import progress, progress_mode
 from .rnn import (
@@ -96,6 +104,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AddNorm",
+    "BOOK_STYLE",
+    "COLUMN_WIDTH",
     "AdditiveAttention",
     "BahdanauDecoder",
     "BahdanauSeq2Seq",
@@ -195,6 +205,7 @@ __all__ = [
     "translate",
     "triangular_kernel",
     "try_gpu",
+    "use_book_style",
     "use_sparse_attention",
     "valid_lens_to_mask",
     "warmup_lr",

@@ -11,7 +11,38 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-__all__ = ["show_heatmaps", "plot_kernels", "plot_regression", "plot_curves"]
+__all__ = ["BOOK_STYLE", "COLUMN_WIDTH", "use_book_style", "show_heatmaps", "plot_kernels",
+           "plot_regression", "plot_curves"]
+
+#: Widest figure, in inches, shown unscaled in the book's column (660 px at a 1280-px window) at the
+#: book's 80 dpi; figures up to 9.7 in are still shown at >= 85% of their pixel size.
+COLUMN_WIDTH = 8.0
+
+#: The book's one figure style: 80 dpi (small stored notebooks) and no text under 9 pt (10 px).
+BOOK_STYLE = {
+    "figure.dpi": 80,
+    "savefig.dpi": 80,
+    "font.size": 10,
+    "axes.titlesize": 10,
+    "axes.labelsize": 10,
+    "xtick.labelsize": 9,
+    "ytick.labelsize": 9,
+    "legend.fontsize": 9,
+    "figure.titlesize": 11,
+}
+
+# Room per tick label on a heatmap axis, in inches (0.17 in = 14 px at 80 dpi): after the colour bar
+# and the gaps take their share, a 9-pt token label still gets about 10 px.
+_TICK_ROOM = 0.17
+
+
+def use_book_style() -> None:
+    """Set matplotlib's rcParams to :data:`BOOK_STYLE` (a notebook's setup calls it once).
+
+    This changes matplotlib's global settings on purpose, for the session that calls it; the other
+    functions of this module never do.
+    """
+    plt.rcParams.update(BOOK_STYLE)
 
 
 def _to_numpy(x):
@@ -29,7 +60,7 @@ def show_heatmaps(matrices: torch.Tensor, xlabel: str = "Keys", ylabel: str = "Q
         matrices: (n_rows, n_cols, n_queries, n_keys), or (n_queries, n_keys) for one matrix.
         xlabel, ylabel: axis labels (bottom row / first column).
         titles: one title per column.
-        figsize: size of one panel.
+        figsize: size of one panel, enlarged where token labels need room (0.17 in per label).
         xticklabels, yticklabels: token strings for the key and query axes.
         suptitle: a title above the whole grid.
         share_scale: one colour scale for all panels, from 0 to the largest entry of ``matrices``, with
@@ -45,7 +76,10 @@ def show_heatmaps(matrices: torch.Tensor, xlabel: str = "Keys", ylabel: str = "Q
     if m.ndim != 4:
         raise ValueError(f"matrices must be 2-D or 4-D (rows, cols, n_q, n_k), got shape {m.shape}")
     n_rows, n_cols = m.shape[:2]
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(figsize[0] * n_cols, figsize[1] * n_rows),
+    # Token labels stay legible: each tick gets at least _TICK_ROOM inches of its axis.
+    panel_w = max(figsize[0], _TICK_ROOM * len(xticklabels) + 0.6) if xticklabels is not None else figsize[0]
+    panel_h = max(figsize[1], _TICK_ROOM * len(yticklabels) + 0.4) if yticklabels is not None else figsize[1]
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(panel_w * n_cols, panel_h * n_rows),
                              sharex=True, sharey=True, squeeze=False)
     image = None
     # A single colour bar is only truthful if every panel uses the same colour scale.
@@ -81,8 +115,8 @@ def plot_kernels(kernels: Mapping[str, Callable[[torch.Tensor], torch.Tensor]],
         The matplotlib figure.
     """
     u = torch.linspace(*u_range, n_points)
-    fig, axes = plt.subplots(1, len(kernels), figsize=(3.0 * len(kernels), 2.6), sharey=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(1, len(kernels), figsize=(min(2.4 * len(kernels), COLUMN_WIDTH), 2.6),
+                             sharey=True, squeeze=False)
     for ax, (name, k) in zip(axes[0], kernels.items(), strict=True):
         ax.plot(u.numpy(), _to_numpy(k(u)))
         ax.set_title(name)
@@ -112,7 +146,7 @@ def plot_regression(x_train, y_train, x_query, y_true=None,
     ax.set_ylabel("y")
     if title:
         ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend()
     return ax
 
 
