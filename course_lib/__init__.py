@@ -98,7 +98,16 @@ from .transformer import (
     TransformerEncoder,
     TransformerEncoderBlock,
 )
-from .utils import global_state_preserved, glue, model_device, num_parameters, seeded, set_seed, try_gpu
+from .utils import (
+    by_device,
+    global_state_preserved,
+    glue,
+    model_device,
+    num_parameters,
+    seeded,
+    set_seed,
+    try_gpu,
+)
 
 __version__ = "0.1.0"
 
@@ -144,6 +153,7 @@ __all__ = [
     "attention_pool",
     "beam_search",
     "bilinear_scores",
+    "by_device",
     "bleu",
     "boxcar_kernel",
     "causal_mask",

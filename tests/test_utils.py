@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.utils import model_device, num_parameters, seeded, set_seed, try_gpu
+from course_lib.utils import by_device, model_device, num_parameters, seeded, set_seed, try_gpu
 
 
 @pytest.fixture
@@ -165,3 +165,11 @@ def test_glue_does_nothing_without_myst_nb(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "myst_nb", None)  # import fails
     assert glue("ratio", 2.5) is None
+
+
+def test_by_device_picks_the_gpu_value_on_cuda_only():
+    assert by_device(cpu=8, gpu=30, device="cpu") == 8
+    assert by_device(cpu=8, gpu=30, device=torch.device("cuda", 0)) == 30  # a device object, no GPU needed
+    assert by_device(cpu="small", gpu="large", device="meta") == "small"
+    expected = 30 if torch.cuda.is_available() else 8
+    assert by_device(8, 30) == expected
