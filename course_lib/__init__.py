@@ -26,7 +26,7 @@ from .kernels import (
     triangular_kernel,
 )
 from .masking import causal_mask, lengths_to_mask, masked_softmax, sequence_mask, valid_lens_to_mask
-from .metrics import bleu, corpus_bleu, exact_match
+from .metrics import bleu, corpus_bleu, detokenized_bleu, exact_match
 from .multihead import KVCache, MultiHeadAttention, store_attention_weights
 from .nadaraya_watson import (
     NWKernelRegression,
@@ -163,6 +163,7 @@ __all__ = [
     "decode_batch",
     "default_max_len",
     "default_stride",
+    "detokenized_bleu",
     "dense_attention",
     "diagrams",
     "dot_product_scores",
