@@ -150,3 +150,32 @@ def test_transformer_trains_and_translates_end_to_end(tmp_path):
     assert main(["translate", "--checkpoint", str(ckpt), "--beam-size", "2"], stdin=io.StringIO("3/4/99\n\n"),
                 stdout=tr) == 0
     assert tr.getvalue().split("\n")[1:] == ["", ""]
+
+
+def test_fra_eng_subword_checkpoint_carries_its_tokenizers_and_never_writes_unk(tmp_path):
+    pairs = [("Go.", "Va\u202f!"), ("Run!", "Cours\u202f!"), ("I won!", "J'ai gagné\u202f!"),
+             ("Help!", "À l'aide\u202f!"), ("I see.", "Je vois."), ("Wait.", "Attends.")] * 8
+    data = tmp_path / "pairs.tsv"
+    data.write_text("".join(f"{en}\t{fr}\n" for en, fr in pairs), encoding="utf-8")
+    ckpt, out = tmp_path / "fe.pt", io.StringIO()
+    rc = main(["train", "--task", "fra-eng", "--data", str(data), "--epochs", "30", "--batch-size", "16",
+               "--vocab-size", "300", "--out", str(ckpt), "--device", "cpu"], stdout=out)
+    assert rc == 0
+    assert "sacrebleu on detokenised text" in out.getvalue() and "0 translations with <unk>" in out.getvalue()
+    import torch
+
+    meta = torch.load(ckpt, weights_only=True)["meta"]
+    assert meta["tokenizer"] == "subword" and set(meta["subword"]) == {"src", "tgt"}
+    tr = io.StringIO()
+    unseen = "Zoé kiffe les kiwis!"  # words never seen in training: spelled from bytes, no <unk>
+    sources = [en for en, _ in pairs[:6]]
+    assert main(["translate", "--checkpoint", str(ckpt), "--device", "cpu", *sources, unseen], stdout=tr) == 0
+    lines = tr.getvalue().split("\n")
+    # detokenised French: capitals, accents, apostrophes, one plain space before "!"
+    french = {fr.replace("\u202f", " ") for _, fr in pairs}
+    assert sum(line in french for line in lines[:6]) >= 4  # the training sources (4 of 6) at least
+    assert "<unk>" not in tr.getvalue() and "Ġ" not in tr.getvalue() and lines[6]
+    out_word = io.StringIO()
+    assert main(["train", "--task", "fra-eng", "--vocab", "word", "--data", str(data), "--epochs", "1",
+                 "--out", str(tmp_path / "w.pt"), "--device", "cpu"], stdout=out_word) == 0
+    assert "token BLEU" in out_word.getvalue()
