@@ -306,7 +306,7 @@ def format_table(results: list[Result], title: str) -> str:
 
 
 def main(minutes: float | None = 3.0, epochs: int | None = None, seed: int = 0, vocab: str = "subword",
-         vocab_size: int = 2000) -> list[Result]:
+         vocab_size: int = 2000, only: list[str] | None = None) -> list[Result]:
     """Time a few training steps of each model (interleaved), train them in turn, print the table, return its rows.
 
     Args:
@@ -315,6 +315,7 @@ def main(minutes: float | None = 3.0, epochs: int | None = None, seed: int = 0, 
         seed: the training seed (shuffling, dropout); the models are initialised with seed 0.
         vocab: ``"subword"`` (byte-level BPE, sacrebleu on detokenised text) or ``"word"``.
         vocab_size: subword vocabulary size per language.
+        only: train only the models whose names contain one of these strings (default all three).
 
     Returns:
         One :class:`Result` per model (none when the data file is absent).
@@ -334,6 +335,8 @@ def main(minutes: float | None = 3.0, epochs: int | None = None, seed: int = 0, 
         budget = f"{budget}{' or ' if budget else ''}{epochs} epochs"
     load_before = _load()
     models = build_models(data)
+    if only:
+        models = {name: m for name, m in models.items() if any(key in name for key in only)}
     ms_per_step = interleaved_step_ms(models, data, device)
     results = [replace(run_one(name, model, settings, data, minutes, epochs, device, seed),
                        ms_per_step=ms_per_step[name])
@@ -356,8 +359,10 @@ if __name__ == "__main__":
                         help="training budget per model (default 3; 0: no time limit, give --epochs)")
     parser.add_argument("--vocab", choices=["subword", "word"], default="subword")
     parser.add_argument("--vocab-size", type=int, default=2000)
+    parser.add_argument("--only", nargs="+", metavar="NAME",
+                        help="train only the models whose names contain one of these (e.g. torch.nn GRU)")
     parser.add_argument("--epochs", type=int, help="train this many epochs per model instead of (or within) minutes")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     main(minutes=args.minutes if args.minutes > 0 else None, epochs=args.epochs, seed=args.seed, vocab=args.vocab,
-         vocab_size=args.vocab_size)
+         vocab_size=args.vocab_size, only=args.only)
