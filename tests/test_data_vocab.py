@@ -184,7 +184,7 @@ def test_batch_to_moves_every_tensor():
 
 
 def test_pad_sequences_and_encode_sources():
-    assert pad_sequences([[5], [], [6, 7]], pad=0).tolist() == [[5, 0], [0, 0], [6, 7]]
+    assert pad_sequences([[5], [], [6, 7]], pad_id=0).tolist() == [[5, 0], [0, 0], [6, 7]]
     assert pad_sequences([[], []]).shape == (2, 0)
     sv, _ = vocabs()
     src, lens = encode_sources([list("ab"), list("d")], sv)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from .._validation import check_positive_int
+from .._validation import check_non_negative_int, check_positive_int
 from .vocab import Vocab
 
 __all__ = ["Batch", "encode_sources", "make_batch", "pad_sequences"]
@@ -67,18 +67,24 @@ class Batch:
                      self.tgt_out.to(device), self.tgt_valid_lens.to(device), self.n_truncated)
 
 
-def pad_sequences(seqs: Sequence[Sequence[int]], pad: int = 0) -> torch.Tensor:
+def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = 0) -> torch.Tensor:
     """Stack id lists of different lengths into one right-padded tensor.
 
     Args:
         seqs: B lists of ids.
-        pad: the padding id.
+        pad_id: the id of ``<pad>`` (the name the model configs use).
 
     Returns:
         (B, max length) long tensor; (B, 0) when every list is empty.
+
+    Examples:
+        >>> pad_sequences([[5], [], [6, 7]])
+        tensor([[5, 0],
+                [0, 0],
+                [6, 7]])
     """
     width = max((len(s) for s in seqs), default=0)
-    out = torch.full((len(seqs), width), pad, dtype=torch.long)
+    out = torch.full((len(seqs), width), check_non_negative_int(pad_id, "pad_id"), dtype=torch.long)
     for i, s in enumerate(seqs):
         if len(s):
             out[i, : len(s)] = torch.as_tensor(list(s), dtype=torch.long)
