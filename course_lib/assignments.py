@@ -703,8 +703,42 @@ def _feedback(sub: _Submission, submission: str) -> str:
     return "\n".join(lines)
 
 
+def _grade_one(index: int, path: Path, out_dir: Path, autograder_dir: Path, chapters: list[str],
+               timeout: float) -> tuple[list[dict], bool]:
+    """Grade one submission into ``out_dir/<NNN>_<name>/``; ``(its rows, whether otter graded it)``."""
+    submission = str(path)
+    folder = out_dir / f"{index + 1:03d}_{re.sub(r'[^A-Za-z0-9_.-]+', '_', path.stem)}"
+    folder.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    try:
+        nb, problem = nbformat.read(path, as_version=4), ""
+    except Exception as error:  # missing, unreadable or not a notebook
+        nb, problem = None, f"error: not a readable notebook ({type(error).__name__}: {error})"
+    chapter = _chapter_of(nb, path, chapters) if nb is not None else None
+    sub = _Submission(path, chapter)
+    if chapter is None:
+        sub.problem = problem or f"error: no autograder matches {path.name} (chapters: {', '.join(chapters)})"
+        (folder / "feedback.md").write_text(_feedback(sub, submission), encoding="utf-8")
+        print(f"{submission}: {sub.problem}", flush=True)
+        return [{"submission": submission, "exercise": "", "points": 0.0, "max_points": 0.0, "status": "error",
+                 "message": sub.problem}], False
+    manifest = json.loads((autograder_dir / f"{chapter}.json").read_text())
+    results, sub.problem = _run_otter(nb, chapter, autograder_dir / f"{chapter}.zip", timeout)
+    sub.seconds = time.perf_counter() - start
+    sub.rows = _rows(submission, manifest, results, sub.problem)
+    if results is not None:
+        (folder / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    (folder / "feedback.md").write_text(_feedback(sub, submission), encoding="utf-8")
+    (folder / "manual_answers.md").write_text(f"# Manual answers: {submission} ({chapter})\n\n"
+                                              + _manual_answers(nb, manifest), encoding="utf-8")
+    print(f"{submission}: {chapter}, {sum(r['points'] or 0 for r in sub.rows):g} / "
+          f"{sum(r['max_points'] for r in sub.rows if r['status'] != 'manual'):g} autograded points"
+          f"{' (' + sub.problem + ')' if sub.problem else ''} [{sub.seconds:.1f} s]", flush=True)
+    return sub.rows, results is not None
+
+
 def grade(notebooks: list[str | Path], out_dir: str | Path, autograder_dir: str | Path = "dist/autograder",
-          timeout: float = 600) -> tuple[list[dict], bool]:
+          timeout: float = 600, jobs: int = 1) -> tuple[list[dict], bool]:
     """Grade submissions with otter and write ``out_dir/grades.csv``, feedback and manual answers.
 
     Each submission runs in its own ``otter run`` process (its own kernel) with at most ``timeout``
@@ -717,58 +751,30 @@ def grade(notebooks: list[str | Path], out_dir: str | Path, autograder_dir: str 
             (``feedback.md``, ``manual_answers.md``, ``results.json``) go.
         autograder_dir: the ``<chapter>.zip`` and ``<chapter>.json`` files of ``make assignments``.
         timeout: seconds per submission.
+        jobs: submissions graded at the same time (each in its own process).
 
     Returns:
-        ``(rows, all_graded)``: the CSV's rows (plus a ``message`` column) and whether otter graded
-        every submission (no timeout, no error, no unknown chapter).
+        ``(rows, all_graded)``: the CSV's rows in the order of ``notebooks`` (plus a ``message``
+        column) and whether otter graded every submission (no timeout, no error, no unknown chapter).
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     out_dir, autograder_dir = Path(out_dir), Path(autograder_dir)
     chapters = sorted(p.stem for p in autograder_dir.glob("*.zip") if (autograder_dir / f"{p.stem}.json").is_file())
     if not chapters:
         raise FileNotFoundError(f"no autograder (<chapter>.zip and .json) in {autograder_dir}: run make assignments")
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    all_rows, all_graded = [], True
-    for index, path in enumerate(map(Path, notebooks)):
-        submission = str(path)
-        folder = out_dir / f"{index + 1:03d}_{re.sub(r'[^A-Za-z0-9_.-]+', '_', path.stem)}"
-        folder.mkdir(parents=True, exist_ok=True)
-        start = time.perf_counter()
-        try:
-            nb = nbformat.read(path, as_version=4)
-        except Exception as error:  # unreadable or not a notebook
-            nb, problem = None, f"error: not a readable notebook ({type(error).__name__}: {error})"
-        else:
-            problem = ""
-        chapter = _chapter_of(nb, path, chapters) if nb is not None or path.suffix == ".ipynb" else None
-        sub = _Submission(path, chapter)
-        if chapter is None:
-            sub.problem = problem or f"error: no autograder matches {path.name} (chapters: {', '.join(chapters)})"
-            all_graded = False
-            all_rows.append({"submission": submission, "exercise": "", "points": 0.0, "max_points": 0.0,
-                             "status": "error", "message": sub.problem})
-            (folder / "feedback.md").write_text(_feedback(sub, submission), encoding="utf-8")
-            continue
-        manifest = json.loads((autograder_dir / f"{chapter}.json").read_text())
-        autograder = autograder_dir / f"{chapter}.zip"
-        results, sub.problem = (None, problem) if problem else _run_otter(nb, chapter, autograder, timeout)
-        sub.seconds = time.perf_counter() - start
-        sub.graded = results is not None
-        all_graded &= sub.graded
-        sub.rows = _rows(submission, manifest, results, sub.problem)
-        all_rows.extend(sub.rows)
-        if results is not None:
-            (folder / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-        (folder / "feedback.md").write_text(_feedback(sub, submission), encoding="utf-8")
-        (folder / "manual_answers.md").write_text(f"# Manual answers: {submission} ({chapter})\n\n"
-                                                  + _manual_answers(nb, manifest), encoding="utf-8")
-        print(f"{submission}: {chapter}, {sum(r['points'] or 0 for r in sub.rows):g} / "
-              f"{sum(r['max_points'] for r in sub.rows if r['status'] != 'manual'):g} autograded points"
-              f"{' (' + sub.problem + ')' if sub.problem else ''} [{sub.seconds:.1f} s]", flush=True)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # threads only wait: each grading is its own process
+        done = list(pool.map(lambda item: _grade_one(item[0], Path(item[1]), out_dir, autograder_dir, chapters,
+                                                     timeout), enumerate(notebooks)))
+    all_rows = [row for rows, _ in done for row in rows]
     with open(out_dir / "grades.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=GRADE_COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(all_rows)
-    return all_rows, all_graded
+    return all_rows, all(graded for _, graded in done)
 
 
 # ----------------------------------------------------------------------------- command line
@@ -794,6 +800,7 @@ def main(argv: list[str] | None = None) -> int:
     gra.add_argument("--autograders", default="dist/autograder",
                      help="folder of the <chapter>.zip and .json files (default: dist/autograder)")
     gra.add_argument("--timeout", type=float, default=600, help="seconds per submission (default: 600)")
+    gra.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default: 1)")
     args = parser.parse_args(argv)
     try:
         if args.command == "generate":
@@ -801,7 +808,7 @@ def main(argv: list[str] | None = None) -> int:
             for version, paths in written.items():
                 print(f"{version}: {len(paths)} files in {Path(args.out) / version}")
             return 0
-        rows, all_graded = grade(args.notebooks, args.out, args.autograders, args.timeout)
+        rows, all_graded = grade(args.notebooks, args.out, args.autograders, args.timeout, args.jobs)
     except (OSError, ValueError, RuntimeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

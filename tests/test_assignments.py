@@ -355,3 +355,21 @@ def test_where_otter_cannot_start_grader_check_runs_the_same_checkers(monkeypatc
     exec(compile(setup, "setup", "exec"), ns)
     exec("def my_masked_softmax(X, valid_lens):\n    raise NotImplementedError\n\ngrader.check('toy_ex_code')", ns)
     assert "scoring.masked_softmax: not answered yet" in capsys.readouterr().out
+
+
+def test_unreadable_or_unmatched_submissions_get_an_error_row_in_order_and_exit_status_1(tmp_path, capsys):
+    autograders = tmp_path / "autograder"
+    autograders.mkdir()
+    (autograders / "03_scoring_functions.zip").write_bytes(b"")  # never opened: nothing here matches it
+    (autograders / "03_scoring_functions.json").write_text("[]")
+    (tmp_path / "garbage.ipynb").write_text("not json")
+    nbformat.write(nbformat.v4.new_notebook(), tmp_path / "other_chapter.ipynb")
+    paths = [str(tmp_path / "garbage.ipynb"), str(tmp_path / "other_chapter.ipynb"), str(tmp_path / "missing.ipynb")]
+    rows, all_graded = grade(paths, tmp_path / "grades", autograders, jobs=2)
+    assert not all_graded
+    assert [(r["submission"], r["status"]) for r in rows] == [(p, "error") for p in paths]
+    assert "not a readable notebook" in rows[0]["message"] and "no autograder matches" in rows[1]["message"]
+    with open(tmp_path / "grades" / "grades.csv", newline="") as f:
+        assert len(list(csv.DictReader(f))) == 3
+    code = main(["grade", "--out", str(tmp_path / "g2"), "--autograders", str(autograders), "--jobs", "2", *paths])
+    assert code == 1
