@@ -25,7 +25,7 @@
   for (const e of article.querySelectorAll('mjx-merror, [data-mjx-error]')) {
     out.mathjax.push('MathJax error: ' + short(e.getAttribute('data-mjx-error') || e.textContent) + ' ' + where(e)); mark(e, 'mathjax');
   }
-  const walker = document.createTreeWalker(article, NodeFilter.SHOW_TEXT);
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);  // sidebars too
   const rawTex = /\\\(|\\\[|\$\$|\\begin\{|\$[^$\s][^$]*[\\^_][^$]*\$/;
   for (let n = walker.nextNode(); n; n = walker.nextNode()) {
     const p = n.parentElement;

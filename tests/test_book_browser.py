@@ -352,9 +352,18 @@ def _visit(browser, base: str, page_name: str, failures: dict[str, list[str]]) -
 
 def _screenshots(page, page_name: str, checks: list[str]) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.add_style_tag(content="[data-browser-test] { outline: 3px solid red !important; outline-offset: 2px; }")
     stem = page_name.removesuffix(".html")
     for check in checks:
+        # Outline this check's offending elements only.
+        page.evaluate("""(check) => {
+            let style = document.getElementById('browser-test-style');
+            if (!style) {
+                style = document.createElement('style');
+                style.id = 'browser-test-style';
+                document.head.append(style);
+            }
+            style.textContent = `[data-browser-test~="${check}"] { outline: 3px solid red !important; }`;
+        }""", check)
         marked = page.locator(f'[data-browser-test~="{check}"]')
         if marked.count():
             try:
