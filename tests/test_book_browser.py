@@ -362,7 +362,8 @@ def _screenshots(page, page_name: str, checks: list[str]) -> None:
                 style.id = 'browser-test-style';
                 document.head.append(style);
             }
-            style.textContent = `[data-browser-test~="${check}"] { outline: 3px solid red !important; }`;
+            style.textContent = `[data-browser-test~="${check}"]`
+                + ` { outline: 3px solid red !important; outline-offset: -3px }`;
         }""", check)
         marked = page.locator(f'[data-browser-test~="{check}"]')
         if marked.count():
