@@ -1,4 +1,4 @@
-"""Where the course's data files live. Nothing is ever downloaded.
+"""Where the course's data files live. Nothing is downloaded here (the opt-in download is in :mod:`.download`).
 
 The data folder is, in this order:
 
