@@ -218,3 +218,19 @@ def test_count_cases_counts_one_per_case_unless_told_and_stops_at_the_first_fail
     with pytest.raises(ExerciseFailure, match="case 2 is wrong"):
         _core.count_cases([1, 2, 3], one)
     assert seen == [1, 2]
+
+
+def test_printed_feedback_fits_the_books_column_and_keeps_every_word(registered, capsys):
+    long_hint = "fully masked rows must give all-zero weights, but yours contain NaN " * 3
+
+    def long_feedback(answer):
+        raise ExerciseFailure(long_hint + "\n  expected " + ", ".join(["0.125"] * 20))
+
+    registered("_test.long_feedback", long_feedback)
+    result = check("_test.long_feedback", lambda: None)
+    printed = capsys.readouterr().out
+    assert max(len(line) for line in printed.splitlines()) <= _core.FEEDBACK_WIDTH
+    assert len(printed.splitlines()) > len(result.message.splitlines())
+    assert printed.split() == result.message.split()
+    check("_test.long_feedback", None)
+    assert max(len(line) for line in capsys.readouterr().out.splitlines()) <= _core.FEEDBACK_WIDTH

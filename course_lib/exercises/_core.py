@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import sys
+import textwrap
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -235,8 +236,8 @@ def check(exercise_id: str, answer: object, *, quiet: bool = False, variant: int
                              f"{exercise_id}: passed.", n)
     except (_NotAnswered, NotImplementedError):
         result = CheckResult(exercise_id, False, False,
-                             f"{exercise_id}: not answered yet (replace the "
-                             "`raise NotImplementedError` with your code and run the cell again).")
+                             f"{exercise_id}: not answered yet.\nReplace `raise NotImplementedError` "
+                             "with your code and run the cell again.")
     except ExerciseFailure as failure:
         result = CheckResult(exercise_id, True, False, f"{exercise_id}: not yet right. {failure}")
     except Exception as error:
@@ -258,5 +259,19 @@ def check(exercise_id: str, answer: object, *, quiet: bool = False, variant: int
     finally:
         _VARIANT.reset(token)
     if not quiet:
-        print(result.message)
+        print(_wrap(result.message))
     return result
+
+
+#: Printed feedback fits the book's code column (79 characters at a 1280-px window).
+FEEDBACK_WIDTH = 78
+
+
+def _wrap(message: str, width: int = FEEDBACK_WIDTH) -> str:
+    """``message`` with each line wrapped at ``width``, continuation lines indented like their first."""
+    lines = []
+    for line in message.splitlines():
+        indent = line[: len(line) - len(line.lstrip())]
+        lines.append(textwrap.fill(line, width, subsequent_indent=indent + "  ", break_long_words=False,
+                                   break_on_hyphens=False) if line.strip() else line)
+    return "\n".join(lines)
