@@ -83,12 +83,13 @@ def check_int(value: object, name: str) -> int:
     return int(value)
 
 
-def check_probability(value: float, name: str) -> None:
-    """Raise ``ValueError`` unless ``0 <= value < 1`` (a dropout rate)."""
+def check_probability(value: float, name: str) -> float:
+    """``value`` as a float; ``TypeError``/``ValueError`` unless ``0 <= value < 1`` (a rate, a fraction)."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise TypeError(f"{name} must be a float in [0, 1), got {type(value).__name__}")
     if not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must be in [0, 1), got {value}")
+    return float(value)
 
 
 def check_bool(value: object, name: str) -> bool:

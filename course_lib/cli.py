@@ -94,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default: the loader's)")
     train.add_argument("--batch-size", type=_positive_int, default=64, help="default: %(default)s")
     train.add_argument("--lr", type=_positive_float, help="peak learning rate (default: per model)")
+    train.add_argument("--label-smoothing", type=float, default=0.0, metavar="EPS",
+                       help="label smoothing of the training loss, in [0, 1) (default: %(default)s)")
     train.add_argument("--seed", type=_seed, default=0, help="default: %(default)s")
     train.add_argument("--beam-size", type=_positive_int, default=1,
                        help="decoding for the held-out metrics: 1 = greedy (default)")
@@ -188,7 +190,7 @@ def _train_in_process(args: argparse.Namespace, out: TextIO, context, device) ->
     history = train_seq2seq(model, data, minutes=args.minutes, epochs=args.epochs, lr=lr,
                             batch_size=args.batch_size, warmup_steps=defaults["warmup_steps"], device=device,
                             seed=args.seed, progress=sys.stderr.isatty() and (context is None or context.is_main),
-                            amp=amp, compile=args.compile)
+                            amp=amp, compile=args.compile, label_smoothing=args.label_smoothing)
     if context is not None and not context.is_main:
         return 0  # rank 0 evaluates and writes the one checkpoint
     valid = f"; valid loss {history.valid_loss[-1]:.3f}" if history.valid_loss else ""

@@ -22,7 +22,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import as_lengths, check_floating, check_ndim, check_positive, check_positive_int, check_tensor
+from ._validation import (
+    as_lengths,
+    check_floating,
+    check_ndim,
+    check_positive,
+    check_positive_int,
+    check_probability,
+    check_tensor,
+)
 from .decode import _check_decoding, decode_batch
 from .masking import lengths_to_mask
 from .metrics import corpus_bleu, detokenized_bleu, exact_match
@@ -41,7 +49,8 @@ __all__ = [
 ]
 
 
-def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, tgt_valid_lens: torch.Tensor) -> torch.Tensor:
+def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, tgt_valid_lens: torch.Tensor,
+                         label_smoothing: float = 0.0) -> torch.Tensor:
     """Cross-entropy averaged over the valid target positions only (padding ignored).
 
     Args:
@@ -49,6 +58,8 @@ def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, tgt_valid_
         targets: (B, T) token ids.
         tgt_valid_lens: (B,) number of real tokens of each target, a tensor or a list (positions
             ``t >= tgt_valid_lens`` are padding and contribute nothing).
+        label_smoothing: epsilon in [0, 1): the target distribution puts 1 - epsilon on the true token
+            and epsilon spread evenly over the whole vocabulary (as ``torch.nn.functional.cross_entropy``).
 
     Returns:
         Scalar: the sum of the token losses over the valid positions divided by their number
@@ -64,6 +75,7 @@ def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, tgt_valid_
         )
     if targets.dtype != torch.long:
         raise TypeError(f"targets must hold token ids as torch.long, got dtype {targets.dtype}")
+    label_smoothing = check_probability(label_smoothing, "label_smoothing")
     T = logits.shape[1]
     lens = as_lengths(tgt_valid_lens, "tgt_valid_lens", max_len=T, shape=(logits.shape[0],),
                       what=f"logits of shape {tuple(logits.shape)}", device=logits.device)
@@ -72,7 +84,7 @@ def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, tgt_valid_
     # Flattened (B*T, V) rows: about 3x faster on CPU than the (B, V, T) layout cross_entropy also takes.
     batch, steps, vocab = logits.shape
     token_loss = F.cross_entropy(logits.reshape(batch * steps, vocab), targets.masked_fill(~mask, 0).reshape(-1),
-                                 reduction="none").view(batch, steps)
+                                 reduction="none", label_smoothing=label_smoothing).view(batch, steps)
     return (token_loss * mask).sum() / mask.sum().clamp(min=1)
 
 
@@ -179,7 +191,8 @@ def _check_budget(minutes: float | None, epochs: int | None) -> None:
 def train_seq2seq(model: Seq2SeqModel, data, *, minutes: float | None = None, epochs: int | None = None,
                   lr: float = 1e-3, batch_size: int = 64, warmup_steps: int = 0, clip: float | None = 1.0,
                   device: torch.device | str | None = None, seed: int = 0, progress: bool = True,
-                  eval_every: int | None = None, amp: bool | str = True, compile: bool = False) -> TrainHistory:
+                  eval_every: int | None = None, amp: bool | str = True, compile: bool = False,
+                  label_smoothing: float = 0.0) -> TrainHistory:
     r"""Train a seq2seq model with teacher forcing and Adam, within a time and/or epoch budget.
 
     Training stops after ``epochs`` epochs or once ``minutes`` of wall-clock time have passed
@@ -218,6 +231,8 @@ def train_seq2seq(model: Seq2SeqModel, data, *, minutes: float | None = None, ep
             any device (on the CPU where it supports bf16); ``False``: float32.
         compile: run the training forward through ``torch.compile`` (slow to start; pays off on long
             GPU runs).
+        label_smoothing: epsilon of the training loss (:func:`masked_cross_entropy`); the recorded
+            training loss includes it, the validation loss is the plain cross-entropy.
 
     Returns:
         A :class:`TrainHistory`. The model is left in eval mode on ``device``.
@@ -234,6 +249,7 @@ def train_seq2seq(model: Seq2SeqModel, data, *, minutes: float | None = None, ep
         check_positive_int(eval_every, "eval_every")
     if not len(data.train):
         raise ValueError("data.train is empty: nothing to train on")
+    label_smoothing = check_probability(label_smoothing, "label_smoothing")
 
     if amp not in (True, False, "bf16"):
         raise ValueError(f'amp must be True, False or "bf16", got {amp!r}')
@@ -306,7 +322,7 @@ def train_seq2seq(model: Seq2SeqModel, data, *, minutes: float | None = None, ep
                 batch = batch.to(device)
                 with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
                     logits = step_model(batch.src, batch.src_valid_lens, batch.tgt_in)
-                loss = masked_cross_entropy(logits.float(), batch.tgt_out, batch.tgt_valid_lens)
+                loss = masked_cross_entropy(logits.float(), batch.tgt_out, batch.tgt_valid_lens, label_smoothing)
                 n_tokens = batch.tgt_valid_lens.sum().float()
                 objective = loss
                 if world_size > 1:

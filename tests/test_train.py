@@ -85,6 +85,22 @@ def test_padding_changes_neither_the_loss_nor_gets_gradient():
     assert torch.all(logits.grad[1, 1:] == 0) and torch.all(logits.grad[1, 0] != 0)
 
 
+def test_label_smoothing_is_the_mix_of_the_target_and_the_uniform_cross_entropy_over_valid_tokens():
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(3, 5, 7, generator=g, dtype=torch.float64)
+    targets = torch.randint(0, 7, (3, 5), generator=g)
+    lens = torch.tensor([5, 2, 1])
+    eps, total, n = 0.1, 0.0, 0
+    for b in range(3):  # closed form per valid token: (1 - eps) * (-log p_y) + eps * mean_v (-log p_v)
+        for t in range(int(lens[b])):
+            logp = torch.log_softmax(logits[b, t], -1)
+            total += (1 - eps) * -logp[targets[b, t]] - eps * logp.mean()
+            n += 1
+    torch.testing.assert_close(masked_cross_entropy(logits, targets, lens, label_smoothing=eps), total / n)
+    with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\)"):
+        masked_cross_entropy(logits, targets, lens, label_smoothing=1.0)
+
+
 def test_masked_cross_entropy_with_no_valid_token_is_zero_not_nan():
     loss = masked_cross_entropy(torch.randn(2, 3, 4), torch.zeros(2, 3, dtype=torch.long), torch.tensor([0, 0]))
     assert loss.item() == 0.0

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import torch
 
-from .._validation import check_int, check_positive_int
+from .._validation import check_int, check_positive_int, check_probability
 from .batching import Batch, _check_max_len, encode_sources, make_batch
 from .vocab import Vocab
 
@@ -21,14 +21,6 @@ __all__ = ["SPLITS", "Pair", "Seq2SeqData", "build_references", "split_by_source
 
 SPLITS: tuple[str, ...] = ("train", "valid", "test")
 Pair = tuple[list[str], list[str]]
-
-
-def _check_fraction(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a float in [0, 1), got {type(value).__name__}")
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be in [0, 1), got {value}")
-    return float(value)
 
 
 def split_by_source(pairs: Sequence[Pair], valid_frac: float = 0.1, test_frac: float = 0.1,
@@ -50,8 +42,8 @@ def split_by_source(pairs: Sequence[Pair], valid_frac: float = 0.1, test_frac: f
     Raises:
         ValueError: a fraction is outside [0, 1), or no source would be left for training.
     """
-    valid_frac = _check_fraction(valid_frac, "valid_frac")
-    test_frac = _check_fraction(test_frac, "test_frac")
+    valid_frac = check_probability(valid_frac, "valid_frac")
+    test_frac = check_probability(test_frac, "test_frac")
     seed = check_int(seed, "seed")
     groups: dict[tuple[str, ...], list[int]] = {}
     for i, (src, _) in enumerate(pairs):
@@ -140,8 +132,10 @@ class Seq2SeqData:
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{s}={len(getattr(self, s))}" for s in SPLITS)
-        return (f"Seq2SeqData(name={self.name!r}, tokenizer={self.tokenizer!r}, {sizes}, "
-                f"src_vocab={len(self.src_vocab)}, tgt_vocab={len(self.tgt_vocab)})")
+        # Three short lines: a printed dataset fits the book's column.
+        return (f"Seq2SeqData(name={self.name!r}, tokenizer={self.tokenizer!r},\n"
+                f"            {sizes},\n"
+                f"            src_vocab={len(self.src_vocab)}, tgt_vocab={len(self.tgt_vocab)})")
 
     def to_text(self, tokens: Sequence[str], side: Literal["src", "tgt"] = "tgt") -> str:
         """Join tokens into text: characters without spaces, words with one space, subwords by the tokenizer."""

@@ -29,8 +29,8 @@ from babel import Locale
 from babel.core import UnknownLocaleError
 from babel.dates import DateTimeFormat, format_date, get_date_format, parse_pattern, tokenize_pattern
 
-from .._validation import check_int, check_positive_int
-from .dataset import Seq2SeqData, _check_fraction, split_by_source
+from .._validation import check_int, check_positive_int, check_probability
+from .dataset import Seq2SeqData, split_by_source
 
 __all__ = ["DATE_FORMATS", "DATE_LOCALES", "DEFAULT_YEARS", "NAMED_DATE_FORMATS", "ambiguous_date_strings",
            "date_formats", "date_target", "format_date_example", "load_dates"]
@@ -248,7 +248,7 @@ def load_dates(n_examples: int = 20000, locales: Sequence[str] = DATE_LOCALES, s
     n_examples = check_positive_int(n_examples, "n_examples")
     seed = check_int(seed, "seed")
     years = _check_years(years)
-    valid_frac, test_frac = _check_fraction(valid_frac, "valid_frac"), _check_fraction(test_frac, "test_frac")
+    valid_frac, test_frac = check_probability(valid_frac, "valid_frac"), check_probability(test_frac, "test_frac")
     specs = date_formats(locales, formats)
     days, rendered, first_day, ambiguous = _scan(specs, years)
     n_available = len(first_day) - len(ambiguous)

@@ -23,8 +23,8 @@ import os
 import unicodedata
 from collections.abc import Iterable, Sequence
 
-from .._validation import check_int, check_positive_int
-from .dataset import Pair, Seq2SeqData, _check_fraction, build_references, split_by_source
+from .._validation import check_int, check_positive_int, check_probability
+from .dataset import Pair, Seq2SeqData, build_references, split_by_source
 from .translation import fra_eng_file, normalize_text, read_sentence_pairs, tokenize_words
 from .vocab import SPECIAL_TOKENS, Vocab
 
@@ -178,7 +178,7 @@ def load_fra_eng_subwords(path: str | os.PathLike[str] | None = None, vocab_size
     if max_examples is not None:
         max_examples = check_positive_int(max_examples, "max_examples")
     seed = check_int(seed, "seed")
-    valid_frac, test_frac = _check_fraction(valid_frac, "valid_frac"), _check_fraction(test_frac, "test_frac")
+    valid_frac, test_frac = check_probability(valid_frac, "valid_frac"), check_probability(test_frac, "test_frac")
     file = fra_eng_file(path, download)
     raw, n_malformed = read_sentence_pairs(file)
     if max_examples is not None:

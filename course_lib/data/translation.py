@@ -11,8 +11,8 @@ import os
 import unicodedata
 from pathlib import Path
 
-from .._validation import check_int, check_positive_int
-from .dataset import Pair, Seq2SeqData, _check_fraction, split_by_source
+from .._validation import check_int, check_positive_int, check_probability
+from .dataset import Pair, Seq2SeqData, split_by_source
 from .paths import DataNotFoundError, find_data_file
 
 __all__ = ["FRA_ENG_FILE", "SENTENCE_FINAL", "fra_eng_file", "load_fra_eng", "normalize_text",
@@ -159,7 +159,7 @@ def load_fra_eng(path: str | os.PathLike[str] | None = None, max_tokens: int | N
         max_examples = check_positive_int(max_examples, "max_examples")
     min_freq = check_positive_int(min_freq, "min_freq")
     seed = check_int(seed, "seed")
-    valid_frac, test_frac = _check_fraction(valid_frac, "valid_frac"), _check_fraction(test_frac, "test_frac")
+    valid_frac, test_frac = check_probability(valid_frac, "valid_frac"), check_probability(test_frac, "test_frac")
     file = fra_eng_file(path, download)
     raw, n_malformed = read_sentence_pairs(file)
     n_lines = len(raw) + n_malformed
