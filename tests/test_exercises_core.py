@@ -234,3 +234,83 @@ def test_printed_feedback_fits_the_books_column_and_keeps_every_word(registered,
     assert printed.split() == result.message.split()
     check("_test.long_feedback", None)
     assert max(len(line) for line in capsys.readouterr().out.splitlines()) <= _core.FEEDBACK_WIDTH
+
+
+@pytest.mark.parametrize(("notebook", "label", "exercise", "name"), EXERCISES,
+                         ids=[ex for _, _, ex, _ in EXERCISES])
+def test_checking_leaves_the_global_random_state_alone(notebook, label, exercise, name):
+    import random
+
+    import numpy as np
+
+    solution = _solution(notebook, label, name)
+    torch.manual_seed(1234)  # the student's own seeding
+    random.seed(1234)
+    np.random.seed(1234)
+    expected = torch.rand(5), random.random(), np.random.rand()
+    torch.manual_seed(1234)
+    random.seed(1234)
+    np.random.seed(1234)
+    for variant in (0, 1):
+        assert check(exercise, solution, quiet=True, variant=variant).passed
+    # The next draws are those the student's seed gives, as if no checker had run in between.
+    assert torch.equal(torch.rand(5), expected[0]) and random.random() == expected[1]
+    assert np.random.rand() == expected[2]
+
+
+def test_expect_same_compares_exactly_and_names_the_first_matching_mistake():
+    mistakes = [([2, 1], "reversed"), (lambda: [1, 2, 2], "repeated")]
+    _core.expect_same([1, 2], [1, 2], mistakes, otherwise="wrong")
+    with pytest.raises(ExerciseFailure, match="^reversed$"):
+        _core.expect_same([2, 1], [1, 2], mistakes, otherwise="wrong")
+    with pytest.raises(ExerciseFailure, match="^repeated$"):
+        _core.expect_same([1, 2, 2], [1, 2], mistakes, otherwise="wrong")
+    with pytest.raises(ExerciseFailure, match="^no: 7$"):  # the generic message, built only when needed
+        _core.expect_same(7, 3, mistakes, otherwise=lambda: "no: 7")
+    with pytest.raises(ExerciseFailure, match="^far$"):  # another comparison
+        _core.expect_same(1.5, 1.0, [(1.4, "near")], otherwise="far", same=lambda a, b: abs(a - b) < 0.01)
+
+
+def test_equal_needs_the_same_type_shape_dtype_and_values():
+    mask = torch.tensor([True, False])
+    assert _core.equal(mask, mask.clone()) and _core.equal([1, 2], [1, 2])
+    assert not _core.equal(mask.int(), mask)  # an int mask is not a bool mask
+    assert not _core.equal(mask[None], mask) and not _core.equal([True, False], mask)
+    assert not _core.equal(1.0, 1) and not _core.equal(True, 1)
+
+
+def test_expect_none_of_is_silent_for_the_right_result_and_for_an_unforeseen_one():
+    expected = torch.tensor([1.0, 2.0])
+    _core.expect_none_of(expected, expected, [(expected, "the mistake coincides with the answer here")])
+    _core.expect_none_of(expected + 1, expected, [(expected * 3, "tripled")])
+    with pytest.raises(ExerciseFailure, match="^tripled$"):
+        _core.expect_none_of(expected * 3, expected, [(expected * 3, "tripled")])
+
+
+def test_expect_raises_and_call_explained_word_the_failure_per_case():
+    def raising(error):
+        def answer(*args):
+            raise error
+        return answer
+
+    _core.expect_raises(raising(KeyError("k")), (1,), KeyError, other=str, returned=str)
+    with pytest.raises(ExerciseFailure, match="^other ValueError$"):
+        _core.expect_raises(raising(ValueError()), (1,), KeyError,
+                            other=lambda e: f"other {type(e).__name__}", returned=str)
+    with pytest.raises(ExerciseFailure, match="^returned 2$"):
+        _core.expect_raises(lambda x: x + 1, (1,), KeyError, other=str, returned=lambda r: f"returned {r}")
+    with pytest.raises(NotImplementedError):
+        _core.expect_raises(stub, (1,), KeyError, other=str, returned=str)
+    with pytest.raises(ExerciseFailure, match="^crashed: boom$"):
+        _core.call_explained(raising(RuntimeError("boom")), lambda e: f"crashed: {e}")
+    with pytest.raises(NotImplementedError):
+        _core.call_explained(stub, str, 1)
+    assert _core.call_explained(lambda a, b: a * b, str, 3, b=4) == 12
+
+
+def test_variant_is_the_running_checks_variant(registered):
+    seen = []
+    registered("_test.variant", lambda answer: seen.append(_core.variant()) or 1)
+    check("_test.variant", lambda: None, quiet=True, variant=3)
+    check("_test.variant", lambda: None, quiet=True)
+    assert seen == [3, 0] and _core.variant() == 0

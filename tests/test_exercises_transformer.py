@@ -149,14 +149,36 @@ def test_mask_notebook_solution_passes():
     assert result.n_checks == 3
 
 
-def test_mask_library_composition_passes():
-    def answer(n_queries, n_keys, valid_lens):
-        # The exercise aligns the look-ahead mask top-left (query i sees keys j <= i): offset=0.
-        return cl.causal_mask(n_queries, n_keys, offset=0) & cl.valid_lens_to_mask(
-            valid_lens, len(valid_lens), n_queries, n_keys)
+def _library_mask(n_queries, n_keys, valid_lens, **causal):
+    return cl.causal_mask(n_queries, n_keys, **causal) & cl.valid_lens_to_mask(
+        valid_lens, len(valid_lens), n_queries, n_keys)
 
-    result = check("transformer.look_ahead_and_padding_mask", answer, quiet=True)
+
+@pytest.mark.parametrize("variant", [0, 1, 2])
+def test_mask_library_composition_passes(variant):
+    # The exercise follows the library's convention: the queries are the last positions (bottom-right).
+    result = check("transformer.look_ahead_and_padding_mask", _library_mask, quiet=True, variant=variant)
     assert result.passed, result.message
+
+
+def test_mask_aligned_top_left_fails_with_the_convention_named():
+    # cl.causal_mask(..., offset=0) is scaled_dot_product_attention's is_causal: right only when n_q == n_k.
+    result = check("transformer.look_ahead_and_padding_mask",
+                   lambda n_q, n_k, lens: _library_mask(n_q, n_k, lens, offset=0), quiet=True)
+    assert result.answered and not result.passed
+    assert "n_queries=3, n_keys=5" in result.message and "aligned with the first keys" in result.message
+
+
+def test_mask_hidden_variants_include_fewer_queries_than_keys():
+    from course_lib.exercises import _core, transformer
+
+    for variant in (1, 2, 3):
+        token = _core._VARIANT.set(variant)
+        try:
+            cases = transformer._mask_cases()
+        finally:
+            _core._VARIANT.reset(token)
+        assert any(n_q < n_k for n_q, n_k, _ in cases) and any(n_q == n_k for n_q, n_k, _ in cases)
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ from ._core import (
     expect,
     expect_close,
     expect_match,
+    expect_same,
     list_exercises,
 )
 
@@ -42,5 +43,4 @@ from . import (  # noqa: E402,F401  isort: skip
 )
 
 __all__ = ["CheckResult", "ExerciseFailure", "check", "checker", "count_cases", "expect", "expect_close",
-           "expect_match",
-           "list_exercises"]
+           "expect_match", "expect_same", "list_exercises"]

@@ -90,9 +90,14 @@ def expect(condition: bool, message: str) -> None:
         raise ExerciseFailure(message)
 
 
+def variant() -> int:
+    """Which set of cases the running checker draws: 0 for the book's, 1, 2, ... for the hidden variants."""
+    return _VARIANT.get()
+
+
 def generator(seed: int) -> torch.Generator:
     """A CPU generator for a checker's random cases; hidden variants (``check(..., variant=k)``) shift the seed."""
-    return torch.Generator().manual_seed(seed + 7919 * _VARIANT.get())
+    return torch.Generator().manual_seed(seed + 7919 * variant())
 
 
 def call(answer: Callable, case: str, *args: object, **kwargs: object) -> object:
@@ -100,12 +105,38 @@ def call(answer: Callable, case: str, *args: object, **kwargs: object) -> object
 
     ``NotImplementedError`` (the stub) and :class:`ExerciseFailure` pass through unchanged.
     """
+    return call_explained(answer, lambda error: f"{case}: your function raised {type(error).__name__}: {error}",
+                          *args, **kwargs)
+
+
+def call_explained(answer: Callable, explain: Callable[[Exception], str], *args: object, **kwargs: object
+                   ) -> object:
+    """:func:`call` with ``explain(error)`` as the failure when the student's function crashes (a case-specific hint).
+    """
     try:
         return answer(*args, **kwargs)
     except (NotImplementedError, ExerciseFailure):
         raise
     except Exception as error:
-        raise ExerciseFailure(f"{case}: your function raised {type(error).__name__}: {error}") from None
+        raise ExerciseFailure(explain(error)) from None
+
+
+def expect_raises(answer: Callable, args: tuple, error: type[Exception], *, other: Callable[[Exception], str],
+                  returned: Callable[[object], str]) -> None:
+    """Fail unless ``answer(*args)`` raises ``error``.
+
+    The failure is ``other(exception)`` when it raises another exception and ``returned(result)`` when it
+    returns; the stub's ``NotImplementedError`` passes through.
+    """
+    try:
+        result = answer(*args)
+    except (NotImplementedError, ExerciseFailure):
+        raise
+    except error:
+        return
+    except Exception as exception:
+        raise ExerciseFailure(other(exception)) from None
+    raise ExerciseFailure(returned(result))
 
 
 def close(actual: object, expected: torch.Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
@@ -145,8 +176,34 @@ def expect_close(actual: object, expected: torch.Tensor, what: str, atol: float 
         )
 
 
-def expect_match(actual: object, expected: torch.Tensor, what: str,
-                 mistakes: Iterable[tuple[torch.Tensor | Callable[[], torch.Tensor], str]] = (), *,
+Mistakes = Iterable[tuple[object, str]]
+
+
+def equal(actual: object, expected: object) -> bool:
+    """Exact equality: a tensor of ``expected``'s shape, dtype and values (on the CPU), other values by ``==``."""
+    if isinstance(expected, torch.Tensor) or isinstance(actual, torch.Tensor):
+        return (isinstance(actual, torch.Tensor) and isinstance(expected, torch.Tensor)
+                and actual.shape == expected.shape and actual.dtype == expected.dtype
+                and torch.equal(actual.detach().cpu(), expected.detach().cpu()))
+    return type(actual) is type(expected) and actual == expected
+
+
+def expect_none_of(actual: object, expected: object, mistakes: Mistakes,
+                   same: Callable[[object, object], bool] = close) -> None:
+    """Unless ``actual`` is the ``expected`` result, fail with the hint of the first anticipated mistake it is.
+
+    ``mistakes``: ``(result, hint)`` pairs, the result a value or a function computing it only when needed;
+    ``same(actual, result)`` says whether ``actual`` is that result. Returns when no mistake matches, so that
+    the caller's generic comparison (or a check of a property the answer lacks) comes next.
+    """
+    if same(actual, expected):
+        return
+    for result, hint in mistakes:
+        if same(actual, result() if callable(result) else result):
+            raise ExerciseFailure(hint)
+
+
+def expect_match(actual: object, expected: torch.Tensor, what: str, mistakes: Mistakes = (), *,
                  atol: float = 1e-5, rtol: float = 1e-4) -> None:
     """Fail unless ``actual`` is close to ``expected``.
 
@@ -155,11 +212,20 @@ def expect_match(actual: object, expected: torch.Tensor, what: str,
     when needed); otherwise the generic comparison of :func:`expect_close`, which always runs last,
     so that a wrong answer that matches no anticipated mistake still fails.
     """
-    if not close(actual, expected, atol, rtol):
-        for result, hint in mistakes:
-            if close(actual, result() if callable(result) else result, atol, rtol):
-                raise ExerciseFailure(hint)
+    expect_none_of(actual, expected, mistakes, lambda a, b: close(a, b, atol, rtol))
     expect_close(actual, expected, what, atol=atol, rtol=rtol)
+
+
+def expect_same(actual: object, expected: object, mistakes: Mistakes = (), *, otherwise: str | Callable[[], str],
+                same: Callable[[object, object], bool] = equal) -> None:
+    """:func:`expect_match` for results compared otherwise than tensors by closeness (ids, counts, masks, a loss).
+
+    ``same`` decides (default :func:`equal`); when ``actual`` is neither ``expected`` nor an anticipated
+    mistake, the failure is ``otherwise`` (a message, or a function that builds it only then).
+    """
+    expect_none_of(actual, expected, mistakes, same)
+    if not same(actual, expected):
+        raise ExerciseFailure(otherwise() if callable(otherwise) else otherwise)
 
 
 def count_cases(cases: Iterable[T], check_one: Callable[[T], int | None]) -> int:

@@ -21,7 +21,21 @@ from torch import nn
 
 from ..decode import greedy_decode
 from ..rnn import BahdanauSeq2Seq, Seq2SeqRNN, Seq2SeqRNNConfig
-from ._core import ExerciseFailure, call, checker, close, expect, expect_close, generator
+from ..utils import seeded
+from ._core import (
+    ExerciseFailure,
+    call,
+    checker,
+    close,
+    count_cases,
+    equal,
+    expect,
+    expect_close,
+    expect_match,
+    expect_none_of,
+    expect_same,
+    generator,
+)
 
 # --- bahdanau.context ---------------------------------------------------------------------------
 
@@ -75,8 +89,9 @@ def check_context(answer: Callable) -> int:
     # (B, S, H_dec, H_enc, h, valid lengths): sizes that all differ (a swapped W_q/W_k crashes), one
     # example with no padding, and H_dec == H_enc (a swap then runs and must be caught by its values).
     cases = [(3, 7, 5, 6, 4, [7, 2, 4]), (1, 5, 3, 4, 6, [3]), (4, 6, 8, 8, 8, [1, 6, 3, 5])]
-    n = 0
-    for B, S, H_dec, H_enc, h, lens in cases:
+
+    def one(case: tuple[int, int, int, int, int, list[int]]) -> int:
+        B, S, H_dec, H_enc, h, lens = case
         s, enc, valid_lens, W_q, W_k, w_v = _context_case(g, B, S, H_dec, H_enc, h, lens)
         name = (f"decoder_state {(B, H_dec)}, enc_outputs {(B, S, H_enc)}, valid_lens {lens}, "
                 f"W_q {(h, H_dec)}, W_k {(h, H_enc)}")
@@ -97,10 +112,10 @@ def check_context(answer: Callable) -> int:
         w64 = weights.detach().to("cpu", torch.float64)
         expect(not bool(torch.isnan(w64).any()), f"{name}: your weights contain NaN: {w64.tolist()}")
         if not close(w64, ref_weights):
-            if B > 1 and bool(torch.allclose(w64.sum(0), torch.ones(S, dtype=torch.float64), atol=1e-4)):
-                raise ExerciseFailure(
-                    f"{name}: your weights sum to 1 down each column (over the batch axis), not along each row: "
-                    "the softmax must run over the source positions, dim=-1 of the (batch, S) scores.")
+            # Properties a wrong answer lacks come first, then the results of anticipated mistakes.
+            expect(not (B > 1 and bool(torch.allclose(w64.sum(0), torch.ones(S, dtype=torch.float64), atol=1e-4))),
+                   f"{name}: your weights sum to 1 down each column (over the batch axis), not along each row: "
+                   "the softmax must run over the source positions, dim=-1 of the (batch, S) scores.")
             padded = ~(torch.arange(S)[None, :] < valid_lens[:, None])
             if bool((w64[padded].abs() > 1e-6).any()):
                 unmasked = _loop_context(s, enc, valid_lens, W_q, W_k, w_v, masked=False)[1]
@@ -110,20 +125,19 @@ def check_context(answer: Callable) -> int:
                     f"{[round(v, 4) for v in w64[padded].tolist()]}{how}. Set their scores to -inf (or the most "
                     "negative finite float) before the softmax, e.g. with the mask "
                     "torch.arange(S) < valid_lens[:, None].")
-            if close(w64, _loop_context(s, enc, valid_lens, W_q, W_k, w_v, activation=lambda x: x)[1]):
-                raise ExerciseFailure(
-                    f"{name}: your weights are those of the score w_v^T (W_q s + W_k h_j): the tanh is missing. "
-                    "Without it the score is linear, the W_q s term is the same for every j and cancels in the "
-                    "softmax, so the weights would not depend on the decoder state at all.")
+            expect_none_of(w64, ref_weights, [(
+                lambda: _loop_context(s, enc, valid_lens, W_q, W_k, w_v, activation=lambda x: x)[1],
+                f"{name}: your weights are those of the score w_v^T (W_q s + W_k h_j): the tanh is missing. "
+                "Without it the score is linear, the W_q s term is the same for every j and cancels in the "
+                "softmax, so the weights would not depend on the decoder state at all.")])
             expect(bool(torch.allclose(w64.sum(-1), torch.ones(B, dtype=torch.float64), atol=1e-4)),
                    f"{name}: the weights of each example must sum to 1 over its valid positions; yours sum to "
                    f"{[round(v, 4) for v in w64.sum(-1).tolist()]}")
-            if H_dec == H_enc and close(w64, _loop_context(s, enc, valid_lens, W_k, W_q, w_v)[1]):
-                raise ExerciseFailure(
+        swapped = [(lambda: _loop_context(s, enc, valid_lens, W_k, W_q, w_v)[1],
                     f"{name}: W_q and W_k are swapped: W_q projects the decoder state (the query) and W_k the "
-                    "encoder outputs (the keys).")
-            expect_close(weights, ref_weights, f"{name}, weights (check the score w_v^T tanh(W_q s + W_k h_j): "
-                                               "W_q multiplies the decoder state, W_k the encoder outputs)")
+                    "encoder outputs (the keys).")] if H_dec == H_enc else []
+        expect_match(weights, ref_weights, f"{name}, weights (check the score w_v^T tanh(W_q s + W_k h_j): "
+                                           "W_q multiplies the decoder state, W_k the encoder outputs)", swapped)
         try:
             expect_close(context, ref_context, f"{name}, context")
         except ExerciseFailure as failure:
@@ -131,8 +145,9 @@ def check_context(answer: Callable) -> int:
                 f"{failure}\n  Hint: your weights are right; the context is c = sum_j alpha_j h_j, the weighted "
                 "sum of the encoder outputs (the values), e.g. (weights[:, :, None] * enc_outputs).sum(1) or "
                 "torch.bmm(weights[:, None, :], enc_outputs)[:, 0].") from None
-        n += 2
-    return n
+        return 2
+
+    return count_cases(cases, one)
 
 
 # --- bahdanau.greedy ----------------------------------------------------------------------------
@@ -208,38 +223,53 @@ def _as_ids(got: object, name: str) -> list[int]:
 
 
 def _diagnose(ids: list[int], expected: list[int], max_len: int, bos: int, eos: int, name: str) -> None:
-    if ids == expected:
-        return
-    if ids[:1] == [bos] and ids[1:] == expected:
-        raise ExerciseFailure(f"{name}: your result starts with <bos> (id {bos}): it is the first input, not a "
-                              "prediction; return only the generated tokens.")
-    if ids[: len(expected) + 1] == [*expected, eos]:
+    expect_none_of(ids, expected, [([bos, *expected],
+                                    f"{name}: your result starts with <bos> (id {bos}): it is the first input, not "
+                                    "a prediction; return only the generated tokens.")], same=equal)
+    if ids != expected and ids[: len(expected) + 1] == [*expected, eos]:
         raise ExerciseFailure(
             f"{name}: expected {expected}, got {ids}: stop at the first <eos> (id {eos}) and leave it out of the "
             "result." + (" You kept generating after it." if len(ids) > len(expected) + 1 else ""))
-    if len(ids) > max_len:
-        raise ExerciseFailure(f"{name}: you returned {len(ids)} tokens but max_len = {max_len}: generate at most "
-                              "max_len tokens (<eos> included).")
-    raise ExerciseFailure(f"{name}: expected {expected}, got {ids}.")
+    expect(ids == expected or len(ids) <= max_len,
+           f"{name}: you returned {len(ids)} tokens but max_len = {max_len}: generate at most max_len tokens "
+           "(<eos> included).")
+    expect_same(ids, expected, otherwise=f"{name}: expected {expected}, got {ids}.")
+
+
+def _random_model(Model: type[nn.Module], seed: int, scale: float) -> nn.Module:
+    """A small random GRU encoder-decoder whose greedy outputs depend on the source and end at different steps.
+
+    Scaled-up weights and a larger <eos> bias: an untrained model at its initial scale repeats one token.
+    Initialised under its own seed, leaving the caller's random state as it was.
+    """
+    config = Seq2SeqRNNConfig(src_vocab_size=13, tgt_vocab_size=11, embed_size=8, hidden_size=16,
+                              num_layers=1, dropout=0.0)
+    with seeded(seed, deterministic=False):
+        model = Model(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(scale)
+        model.decoder.dense.bias[2] += 2.0
+    return model
 
 
 @checker("bahdanau.greedy",
          "greedy_one(model, src, src_valid_lens, max_len, bos, eos): greedy decoding of one example with decode_step")
 def check_greedy(answer: Callable) -> int:
-    n = 0
     # A scripted model: its correct output is the source without <eos>, cut at max_len.
     scripted = [([5, 7, 4, 9, 6, 2], 6, 20), ([8, 4, 4, 2, 0, 0, 0], 4, 20), ([5, 7, 4, 9, 6, 2], 6, 3),
                 ([2], 1, 5)]
-    for ids, length, max_len in scripted:
+
+    def one_scripted(case: tuple[list[int], int, int]) -> None:
+        ids, length, max_len = case
         model = _ScriptedCopyModel()
         src, lens = torch.tensor([ids]), torch.tensor([length])
         name = f"a model that copies its source, src={ids}, max_len={max_len}"
         got = _as_ids(call(answer, name, model, src, lens, max_len, 1, 2), name)
         expected = ids[: length - 1][:max_len]
         expect(bool(model.fed), f"{name}: your function never called model.decode_step")
-        if model.fed[0][1] != 1:
-            raise ExerciseFailure(f"{name}: the first token fed to decode_step must be <bos> (id 1), you fed "
-                                  f"{model.fed[0][1]}.")
+        expect(model.fed[0][1] == 1, f"{name}: the first token fed to decode_step must be <bos> (id 1), you fed "
+                                     f"{model.fed[0][1]}.")
         expect(not model.stale_state,
                f"{name}: you passed an old state to decode_step again: use the state each call returns for the "
                "next call (state = new_state), it carries the decoder's hidden state forward.")
@@ -250,33 +280,25 @@ def check_greedy(answer: Callable) -> int:
                 f"{name}: at step {t} you fed token {fed}, but the previous prediction was {prev}: greedy decoding "
                 "feeds back its own argmax, tokens = logits.argmax(-1) reshaped to (1, 1).")
         _diagnose(got, expected, max_len, 1, 2, name)
-        n += 1
 
     # Small random GRU models (with and without attention), checked against course_lib.greedy_decode.
-    # Scaled-up weights and a larger <eos> bias make the outputs depend on the source and end at
-    # different steps (an untrained model at its initial scale repeats one token).
+    randomised = []
     for Model, seed, scale in ((BahdanauSeq2Seq, 0, 4.0), (Seq2SeqRNN, 1, 3.0)):
-        config = Seq2SeqRNNConfig(src_vocab_size=13, tgt_vocab_size=11, embed_size=8, hidden_size=16,
-                                  num_layers=1, dropout=0.0)
-        with torch.random.fork_rng(devices=[]):  # seed the initialisation without touching the caller's RNG
-            torch.manual_seed(seed)
-            model = Model(config).eval()
-        with torch.no_grad():
-            for p in model.parameters():
-                p.mul_(scale)
-            model.decoder.dense.bias[2] += 2.0
-        g = generator(10 + seed)
+        model, g = _random_model(Model, seed, scale), generator(10 + seed)
         for length in (3, 6, 9, 5):
             body = torch.randint(4, 13, (length - 1,), generator=g).tolist()
-            src, lens = torch.tensor([[*body, 2]]), torch.tensor([length])
-            max_len = 8
-            with torch.no_grad():
-                expected = greedy_decode(model, src, lens, max_len, bos=1, eos=2)[0]
-                slow = greedy_decode(model, src, lens, max_len, bos=1, eos=2, use_cache=False)[0]
-            assert expected == slow, "checker bug: cached and uncached greedy decoding disagree"
-            name = f"a random {Model.__name__}, src={src[0].tolist()}, max_len={max_len}"
-            with torch.no_grad():
-                got = _as_ids(call(answer, name, model, src.clone(), lens.clone(), max_len, 1, 2), name)
-            _diagnose(got, expected, max_len, 1, 2, name)
-            n += 1
-    return n
+            randomised.append((model, torch.tensor([[*body, 2]]), torch.tensor([length])))
+
+    def one_random(case: tuple[nn.Module, torch.Tensor, torch.Tensor]) -> None:
+        model, src, lens = case
+        max_len = 8
+        with torch.no_grad():
+            expected = greedy_decode(model, src, lens, max_len, bos=1, eos=2)[0]
+            slow = greedy_decode(model, src, lens, max_len, bos=1, eos=2, use_cache=False)[0]
+        assert expected == slow, "checker bug: cached and uncached greedy decoding disagree"
+        name = f"a random {type(model).__name__}, src={src[0].tolist()}, max_len={max_len}"
+        with torch.no_grad():
+            got = _as_ids(call(answer, name, model, src.clone(), lens.clone(), max_len, 1, 2), name)
+        _diagnose(got, expected, max_len, 1, 2, name)
+
+    return count_cases(scripted, one_scripted) + count_cases(randomised, one_random)

@@ -9,11 +9,25 @@ and without padding (never ``decode_step`` or the key/value cache); the label-sm
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
-from ._core import ExerciseFailure, call, checker, expect, expect_close, generator
+from ..utils import seeded
+from ._core import (
+    ExerciseFailure,
+    call,
+    checker,
+    close,
+    count_cases,
+    equal,
+    expect,
+    expect_close,
+    expect_none_of,
+    expect_same,
+    generator,
+)
 
 _BOS, _EOS = 1, 2
 
@@ -29,8 +43,7 @@ def _small_transformer():
     """
     from ..transformer import Transformer, TransformerConfig
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(8)
+    with seeded(8, deterministic=False):
         config = TransformerConfig(11, 7, num_hiddens=16, ffn_num_hiddens=32, num_heads=2, num_enc_layers=1,
                                    num_dec_layers=2, dropout=0.1, max_len=64)
         model = Transformer(config)
@@ -147,9 +160,8 @@ def _diagnose_greedy(got: list[list[int]], model, src: torch.Tensor, lens: torch
          "the initial state. Keep the state that decode_step returns: logits, state = model.decode_step(tokens, "
          "state)"),
     ]
-    for kwargs, hint in mistakes:
-        if got == _reference_greedy(model, src, lens, max_len, **kwargs):
-            raise ExerciseFailure(f"{case}: {hint}")
+    expect_none_of(got, expected, [(partial(_reference_greedy, model, src, lens, max_len, **kwargs), f"{case}: {hint}")
+                                   for kwargs, hint in mistakes], same=equal)
     for i, (row, ref) in enumerate(zip(got, expected, strict=True)):
         if len(row) > len(ref) and row[:len(ref)] == ref:
             raise ExerciseFailure(
@@ -168,37 +180,38 @@ def _diagnose_greedy(got: list[list[int]], model, src: torch.Tensor, lens: torch
          "greedy_decode_loop(model, src, src_valid_lens, bos, eos, max_len) with encode/init_decoder_state/decode_step")
 def check_greedy_decode_loop(answer: Callable) -> int:
     model = _small_transformer()
-    n = 0
-    for case, src, lens, max_len in _greedy_cases():
+
+    def one(case: tuple[str, torch.Tensor, torch.Tensor, int]) -> None:
+        name, src, lens, max_len = case
         counter = _Counting(model)
         try:
-            got = call(answer, case, model, src.clone(), lens.clone(), _BOS, _EOS, max_len)
+            got = call(answer, name, model, src.clone(), lens.clone(), _BOS, _EOS, max_len)
         finally:
             counter.restore()
-        rows = _as_id_lists(got, src.shape[0], case)
+        rows = _as_id_lists(got, src.shape[0], name)
         expect(counter.decode_step > 0,
-               f"{case}: your function never called model.decode_step. Decode incrementally: "
+               f"{name}: your function never called model.decode_step. Decode incrementally: "
                "state = model.init_decoder_state(model.encode(src, src_valid_lens), src_valid_lens), then "
                "logits, state = model.decode_step(previous_tokens, state) once per step")
         expect(counter.decode_step <= max_len,
-               f"{case}: model.decode_step was called {counter.decode_step} times for max_len={max_len}: at most "
+               f"{name}: model.decode_step was called {counter.decode_step} times for max_len={max_len}: at most "
                "one call per generated token (stop after max_len steps, or when every sequence has its <eos>)")
-        _diagnose_greedy(rows, model, src, lens, max_len, case)
-        n += 1
+        _diagnose_greedy(rows, model, src, lens, max_len, name)
 
-    # Dropout must be off while decoding, whatever mode the caller left the model in.
-    case, src, lens, max_len = _greedy_cases()[0]
-    expected = _reference_greedy(model, src, lens, max_len)
-    model.train()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        got = _as_id_lists(call(answer, f"{case}, model in training mode", model, src.clone(), lens.clone(),
-                                 _BOS, _EOS, max_len), src.shape[0], case)
-    expect(got == expected,
-           "with the model left in training mode (dropout on) your tokens change: decoding must run with "
-           "dropout off. Call model.eval() first (and torch.no_grad() saves memory)")
-    n += 1
-    return n
+    def in_training_mode(case: tuple[str, torch.Tensor, torch.Tensor, int]) -> None:
+        # Dropout must be off while decoding, whatever mode the caller left the model in.
+        name, src, lens, max_len = case
+        expected = _reference_greedy(model, src, lens, max_len)
+        model.train()
+        with seeded(0, deterministic=False):
+            got = _as_id_lists(call(answer, f"{name}, model in training mode", model, src.clone(), lens.clone(),
+                                     _BOS, _EOS, max_len), src.shape[0], name)
+        expect(got == expected,
+               "with the model left in training mode (dropout on) your tokens change: decoding must run with "
+               "dropout off. Call model.eval() first (and torch.no_grad() saves memory)")
+
+    cases = _greedy_cases()
+    return count_cases(cases, one) + count_cases(cases[:1], in_training_mode)
 
 
 # --- label-smoothed masked cross-entropy -------------------------------------------------------
@@ -238,46 +251,51 @@ def _ls_other_classes(logits, targets, valid_lens, eps):
 @checker("training.label_smoothed_masked_ce",
          "label_smoothed_masked_ce(logits, targets, valid_lens, eps): mean over real tokens, smoothing over all V")
 def check_label_smoothed_masked_ce(answer: Callable) -> int:
-    n = 0
-    for case, logits, targets, lens, eps in _ls_cases():
+    def one(case: tuple[str, torch.Tensor, torch.Tensor, torch.Tensor, float]) -> int:
+        name, logits, targets, lens, eps = case
         x = logits.clone().requires_grad_(True)
-        got = call(answer, case, x, targets.clone(), lens.clone(), eps)
-        expect(isinstance(got, torch.Tensor), f"{case}: expected a scalar tensor, got {type(got).__name__}")
-        expect(got.dim() == 0, f"{case}: expected a scalar (shape ()), got shape {tuple(got.shape)}: average "
+        got = call(answer, name, x, targets.clone(), lens.clone(), eps)
+        expect(isinstance(got, torch.Tensor), f"{name}: expected a scalar tensor, got {type(got).__name__}")
+        expect(got.dim() == 0, f"{name}: expected a scalar (shape ()), got shape {tuple(got.shape)}: average "
                                "the token losses over the valid positions")
         expected = _reference_ls(logits, targets, lens, eps)
         keep = (torch.arange(targets.shape[1]) < lens[:, None]).double()
-        if not torch.allclose(got.detach().double(), expected, atol=1e-5, rtol=1e-4):
-            unmasked = F.cross_entropy(logits.double().transpose(1, 2), targets, label_smoothing=eps)
-            token = F.cross_entropy(logits.double().transpose(1, 2), targets, label_smoothing=eps, reduction="none")
-            per_sequence = ((token * keep).sum(1)[lens > 0] / lens[lens > 0]).mean()
-            summed = (token * keep).sum()
+        scores = logits.double().transpose(1, 2)
+
+        def token_losses() -> torch.Tensor:
+            return F.cross_entropy(scores, targets, label_smoothing=eps, reduction="none")
+
+        def by_pad_id() -> torch.Tensor:
             nonzero = (targets != 0).double()
-            by_pad_id = (token * nonzero).sum() / nonzero.sum()
-            hints = [
-                (unmasked, "the padded positions are counted: keep only the positions t < valid_lens[b] "
-                           "(a mask from valid_lens, not from the ids: padded targets may hold any id)"),
-                (_ls_other_classes(logits, targets, lens, eps),
-                 "you spread eps over the V - 1 wrong classes; here (as in torch and Vaswani et al.) the "
-                 "smoothed target is q = (1 - eps) one_hot(y) + eps / V over *all* V classes"),
-                (by_pad_id, "you masked the positions whose target is the <pad> id 0; padded positions may hold "
-                            "any id, so build the mask from valid_lens: t < valid_lens[b]"),
-                (per_sequence, "you averaged per sequence and then over sequences; average over all valid "
-                               "tokens at once (sum of token losses / number of valid tokens)"),
-                (summed, "you returned the sum of the token losses; divide by the number of valid tokens"),
-            ]
-            for value, hint in hints:
-                if torch.allclose(got.detach().double(), value, atol=1e-5, rtol=1e-4):
-                    raise ExerciseFailure(f"{case}: {hint}. Expected {expected.item():.5f}, got {got.item():.5f}")
-            extra = (" With eps=0 it must equal the masked cross-entropy cl.masked_cross_entropy."
-                     if eps == 0 else " The token loss is (1 - eps) (-log p_y) + eps mean_v (-log p_v).")
-            raise ExerciseFailure(f"{case}: expected {expected.item():.5f}, got {got.item():.5f}.{extra}")
-        n += 1
-        expect(got.requires_grad, f"{case}: the result does not depend on logits through autograd (no .item(), "
+            return (token_losses() * nonzero).sum() / nonzero.sum()
+
+        mistakes = [
+            (lambda: F.cross_entropy(scores, targets, label_smoothing=eps),
+             "the padded positions are counted: keep only the positions t < valid_lens[b] "
+             "(a mask from valid_lens, not from the ids: padded targets may hold any id)"),
+            (lambda: _ls_other_classes(logits, targets, lens, eps),
+             "you spread eps over the V - 1 wrong classes; here (as in torch and Vaswani et al.) the "
+             "smoothed target is q = (1 - eps) one_hot(y) + eps / V over *all* V classes"),
+            (by_pad_id, "you masked the positions whose target is the <pad> id 0; padded positions may hold "
+                        "any id, so build the mask from valid_lens: t < valid_lens[b]"),
+            (lambda: ((token_losses() * keep).sum(1)[lens > 0] / lens[lens > 0]).mean(),
+             "you averaged per sequence and then over sequences; average over all valid "
+             "tokens at once (sum of token losses / number of valid tokens)"),
+            (lambda: (token_losses() * keep).sum(),
+             "you returned the sum of the token losses; divide by the number of valid tokens"),
+        ]
+        extra = (" With eps=0 it must equal the masked cross-entropy cl.masked_cross_entropy."
+                 if eps == 0 else " The token loss is (1 - eps) (-log p_y) + eps mean_v (-log p_v).")
+        e, g = expected.item(), got.item()
+        expect_same(got, expected, [(result, f"{name}: {hint}. Expected {e:.5f}, got {g:.5f}")
+                                    for result, hint in mistakes],
+                    same=close, otherwise=f"{name}: expected {e:.5f}, got {g:.5f}.{extra}")
+        expect(got.requires_grad, f"{name}: the result does not depend on logits through autograd (no .item(), "
                                   "no .detach(), no numpy); the loss must be differentiable")
         got.backward()
         ref_x = logits.clone().double().requires_grad_(True)
         _reference_ls(ref_x, targets, lens, eps).backward()
-        expect_close(x.grad, ref_x.grad, f"{case}: gradient with respect to logits")
-        n += 1
-    return n
+        expect_close(x.grad, ref_x.grad, f"{name}: gradient with respect to logits")
+        return 2
+
+    return count_cases(_ls_cases(), one)
