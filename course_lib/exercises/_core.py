@@ -100,6 +100,17 @@ def generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed + 7919 * variant())
 
 
+def book_or_drawn(book: T, seed: int, draw: Callable[[torch.Generator], T]) -> T:
+    """The book's hand-picked cases in variant 0; in a hidden variant, ``draw(generator(seed))``: other cases of
+    the same kinds."""
+    return book if variant() == 0 else draw(generator(seed))
+
+
+def integer(g: torch.Generator, low: int, high: int) -> int:
+    """An int drawn uniformly from ``low, ..., high`` (both included) with ``g``."""
+    return int(torch.randint(low, high + 1, (), generator=g))
+
+
 def call(answer: Callable, case: str, *args: object, **kwargs: object) -> object:
     """Call the student's function; a crash becomes a failure that names the case.
 

@@ -13,7 +13,20 @@ from collections.abc import Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ._core import ExerciseFailure, call, checker, expect, expect_close, generator
+from ._core import (
+    ExerciseFailure,
+    book_or_drawn,
+    call,
+    checker,
+    close,
+    count_cases,
+    expect,
+    expect_close,
+    expect_none_of,
+    expect_raises,
+    expect_same,
+    generator,
+)
 
 
 class _SoftmaxSpy(TorchFunctionMode):
@@ -60,7 +73,6 @@ _WORKED_K = [[2.0, 1.0, -1.0], [0.0, 3.0, -1.0], [1.0, 1.0, 3.0]]
          "large scores")
 def check_attention_weights(answer: Callable) -> int:
     g = generator(11)
-    n = 0
 
     def run(case: str, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         q_before, k_before = queries.clone(), keys.clone()
@@ -87,75 +99,80 @@ def check_attention_weights(answer: Callable) -> int:
                 f"{tuple(got.shape)}.{hint}"
             )
         got64 = got.detach().to("cpu", torch.float64)
-        if torch.isfinite(got64).all() and not torch.allclose(got64, expected, atol=1e-5, rtol=1e-4):
-            scores = queries.double() @ keys.double().transpose(-2, -1)
-            cols = (scores - scores.amax(-2, keepdim=True)).exp()
-            cols = cols / cols.sum(-2, keepdim=True)
-            expect(not torch.allclose(got64, cols, atol=1e-5),
-                   f"{case}: your weights sum to 1 down each column (over the queries). Each row (one query) "
-                   "must sum to 1 over the keys: normalise over the last axis, .sum(dim=-1, keepdim=True).")
+        if torch.isfinite(got64).all():
+            def over_the_queries() -> torch.Tensor:
+                scores = queries.double() @ keys.double().transpose(-2, -1)
+                cols = (scores - scores.amax(-2, keepdim=True)).exp()
+                return cols / cols.sum(-2, keepdim=True)
+
+            expect_none_of(got64, expected, [(
+                over_the_queries,
+                f"{case}: your weights sum to 1 down each column (over the queries). Each row (one query) "
+                "must sum to 1 over the keys: normalise over the last axis, .sum(dim=-1, keepdim=True).")])
             row_sums = got64.sum(-1)
-            expect(torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-4),
+            expect(close(got64, expected) or torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-4),
                    f"{case}: the weights of each query must sum to 1 over the keys; yours sum to "
                    f"{[round(v, 4) for v in row_sums.flatten()[:6].tolist()]}.")
         expect_close(got, expected, case)
 
-    # 1. The worked example of the notes: scores [[3, -3, 1], [-7, -1, 11]].
-    Q, K = torch.tensor(_WORKED_Q), torch.tensor(_WORKED_K)
-    compare("the worked example (scores [[3, -3, 1], [-7, -1, 11]])", run("the worked example", Q, K), Q, K)
-    n += 1
+    # Random cases, drawn in this order: (4, 5) and (6, 5); batched (2, 3, 4) and (2, 5, 4); (5, 8) and (7, 8).
+    rect = torch.randn(4, 5, generator=g), torch.randn(6, 5, generator=g)
+    batched = torch.randn(2, 3, 4, generator=g), torch.randn(2, 5, 4, generator=g)
+    spread = 3.0 * torch.randn(5, 8, generator=g), torch.randn(7, 8, generator=g)
 
-    # 2. More keys than queries, so that a transposed result has the wrong shape.
-    Q, K = torch.randn(4, 5, generator=g), torch.randn(6, 5, generator=g)
-    case = "random queries (4, 5) and keys (6, 5)"
-    compare(case, run(case, Q, K), Q, K)
-    n += 1
+    def worked_example() -> None:
+        # The worked example of the notes: scores [[3, -3, 1], [-7, -1, 11]].
+        Q, K = torch.tensor(_WORKED_Q), torch.tensor(_WORKED_K)
+        compare("the worked example (scores [[3, -3, 1], [-7, -1, 11]])", run("the worked example", Q, K), Q, K)
 
-    # 3. Leading batch axes.
-    Q, K = torch.randn(2, 3, 4, generator=g), torch.randn(2, 5, 4, generator=g)
-    case = "batched queries (2, 3, 4) and keys (2, 5, 4)"
-    try:
+    def more_keys_than_queries() -> None:
+        # A transposed result has the wrong shape.
+        case = "random queries (4, 5) and keys (6, 5)"
+        compare(case, run(case, *rect), *rect)
+
+    def leading_batch_axes() -> None:
+        case = "batched queries (2, 3, 4) and keys (2, 5, 4)"
+        try:
+            compare(case, run(case, *batched), *batched)
+        except ExerciseFailure as failure:
+            raise ExerciseFailure(
+                f"{failure}\n  Hint: with a leading batch axis, transpose only the last two axes of the keys, "
+                "keys.transpose(-2, -1) (keys.T reverses every axis), and reduce over dim=-1."
+            ) from None
+
+    def float64_inputs() -> None:
+        got = run("float64 inputs", *(t.double() for t in batched))
+        expect(got.dtype == torch.float64, f"float64 inputs: expected float64 weights, got {got.dtype}")
+
+    def large_scores() -> None:
+        # Scores near +-1000: exp(1000) is inf and exp(-1000) is 0 in float32 and float64.
+        Q = torch.tensor([[10.0, 0.0], [0.0, 10.0], [-10.0, -10.0]])
+        K = torch.tensor([[100.0, 0.0], [99.0, 1.0], [0.0, 100.0]])
+        case = "large scores (rows [1000, 990, 0], [0, 10, 1000], [-1000, -1000, -1000])"
         got = run(case, Q, K)
+        expect(tuple(got.shape) == (3, 3), f"{case}: expected shape (3, 3), got {tuple(got.shape)}")
+        finite_rows = torch.isfinite(got.detach()).all(dim=-1).tolist()
+        expect(finite_rows != [True, True, False],
+               f"{case}: the first two rows are finite but the row of equal scores -1000 gives "
+               f"{got[2].detach().cpu().tolist()}. Subtract each row's own max (amax(dim=-1, keepdim=True)), not "
+               "one max for the whole matrix: 1000 below the global max, exp(-2000) is 0 and the row becomes 0/0.")
+        expect(bool(torch.isfinite(got).all()),
+               f"{case}: your weights contain NaN or inf: {got.detach().cpu().tolist()}. exp(1000) overflows to inf "
+               "(and exp(-1000) underflows to 0), so inf/inf and 0/0 give NaN. Subtract the row max from the scores "
+               "before exp (softmax(s) = softmax(s - max_j s_j) for each row); then the largest exponent is exp(0) "
+               "= 1.")
         compare(case, got, Q, K)
-    except ExerciseFailure as failure:
-        raise ExerciseFailure(
-            f"{failure}\n  Hint: with a leading batch axis, transpose only the last two axes of the keys, "
-            "keys.transpose(-2, -1) (keys.T reverses every axis), and reduce over dim=-1."
-        ) from None
-    n += 1
 
-    # 4. float64 in, float64 out.
-    Q64, K64 = Q.double(), K.double()
-    got = run("float64 inputs", Q64, K64)
-    expect(got.dtype == torch.float64, f"float64 inputs: expected float64 weights, got {got.dtype}")
-    n += 1
+    def a_distribution() -> None:
+        # The weights are a distribution over the keys, for every query.
+        got = run("queries (5, 8), keys (7, 8)", *spread)
+        expect(bool((got >= 0).all()) and torch.allclose(got.sum(-1), torch.ones(5), atol=1e-5),
+               "queries (5, 8), keys (7, 8): every row must be non-negative and sum to 1")
+        compare("queries (5, 8), keys (7, 8)", got, *spread)
 
-    # 5. Scores near +-1000: exp(1000) is inf and exp(-1000) is 0 in float32 and float64.
-    Q = torch.tensor([[10.0, 0.0], [0.0, 10.0], [-10.0, -10.0]])
-    K = torch.tensor([[100.0, 0.0], [99.0, 1.0], [0.0, 100.0]])
-    case = "large scores (rows [1000, 990, 0], [0, 10, 1000], [-1000, -1000, -1000])"
-    got = run(case, Q, K)
-    expect(tuple(got.shape) == (3, 3), f"{case}: expected shape (3, 3), got {tuple(got.shape)}")
-    finite_rows = torch.isfinite(got.detach()).all(dim=-1).tolist()
-    expect(finite_rows != [True, True, False],
-           f"{case}: the first two rows are finite but the row of equal scores -1000 gives "
-           f"{got[2].detach().cpu().tolist()}. Subtract each row's own max (amax(dim=-1, keepdim=True)), not one "
-           "max for the whole matrix: 1000 below the global max, exp(-2000) is 0 and the row becomes 0/0.")
-    expect(bool(torch.isfinite(got).all()),
-           f"{case}: your weights contain NaN or inf: {got.detach().cpu().tolist()}. exp(1000) overflows to inf "
-           "(and exp(-1000) underflows to 0), so inf/inf and 0/0 give NaN. Subtract the row max from the scores "
-           "before exp (softmax(s) = softmax(s - max_j s_j) for each row); then the largest exponent is exp(0) = 1.")
-    compare(case, got, Q, K)
-    n += 1
-
-    # 6. The weights are a distribution over the keys, for every query.
-    Q, K = 3.0 * torch.randn(5, 8, generator=g), torch.randn(7, 8, generator=g)
-    got = run("queries (5, 8), keys (7, 8)", Q, K)
-    expect(bool((got >= 0).all()) and torch.allclose(got.sum(-1), torch.ones(5), atol=1e-5),
-           "queries (5, 8), keys (7, 8): every row must be non-negative and sum to 1")
-    compare("queries (5, 8), keys (7, 8)", got, Q, K)
-    n += 1
-    return n
+    steps = [worked_example, more_keys_than_queries, leading_batch_axes, float64_inputs, large_scores,
+             a_distribution]
+    return count_cases(steps, lambda step: step())
 
 
 def _loop_lookup(query: torch.Tensor, keys: torch.Tensor) -> int | None:
@@ -167,77 +184,82 @@ def _loop_lookup(query: torch.Tensor, keys: torch.Tensor) -> int | None:
     return None
 
 
+def _database() -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys (4, 3) and values (4, 2), d_v != d: the book's table, or for a hidden variant a drawn one."""
+    def draw(g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        keys = torch.randint(-4, 6, (4, 3), generator=g).float()  # small integers: exact equality is the point
+        while len({tuple(row) for row in keys.tolist()}) < 4:  # distinct keys
+            keys = torch.randint(-4, 6, (4, 3), generator=g).float()
+        return keys, torch.randn(4, 2, generator=g)
+
+    return book_or_drawn((torch.tensor([[1.0, 2.0, 3.0], [1.0, 0.0, 0.0], [4.0, 5.0, 6.0], [0.0, 0.0, 1.0]]),
+                          torch.tensor([[10.0, -1.0], [20.0, -2.0], [30.0, -3.0], [40.0, -4.0]])), 12, draw)
+
+
 @checker("attention_pooling.database_lookup",
          "database_lookup(query, keys, values): exact-match lookup as attention with one-hot weights, "
          "KeyError when no key matches")
 def check_database_lookup(answer: Callable) -> int:
-    keys = torch.tensor([[1.0, 2.0, 3.0], [1.0, 0.0, 0.0], [4.0, 5.0, 6.0], [0.0, 0.0, 1.0]])
-    values = torch.tensor([[10.0, -1.0], [20.0, -2.0], [30.0, -3.0], [40.0, -4.0]])  # d_v = 2 != d = 3
-    n = 0
+    keys, values = _database()
 
-    def lookup(case: str, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> None:
+    def lookup(case: tuple[str, torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
+        name, query, keys, values = case
         k_before, v_before = keys.clone(), values.clone()
-        got = call(answer, case, query, keys, values)
+        got = call(answer, name, query, keys, values)
         expect(torch.equal(keys, k_before) and torch.equal(values, v_before),
-               f"{case}: your function changed keys or values in place")
+               f"{name}: your function changed keys or values in place")
         expect(isinstance(got, tuple) and len(got) == 2,
-               f"{case}: return the pair (value, weights), got {type(got).__name__}")
+               f"{name}: return the pair (value, weights), got {type(got).__name__}")
         value, weights = got
         expect(isinstance(value, torch.Tensor) and isinstance(weights, torch.Tensor),
-               f"{case}: value and weights must be tensors, got {type(value).__name__} and {type(weights).__name__}")
+               f"{name}: value and weights must be tensors, got {type(value).__name__} and {type(weights).__name__}")
         m = keys.shape[0]
-        expect(tuple(weights.shape) == (m,), f"{case}: weights must have shape (n_keys,) = ({m},), got "
+        expect(tuple(weights.shape) == (m,), f"{name}: weights must have shape (n_keys,) = ({m},), got "
                                              f"{tuple(weights.shape)}")
         i = _loop_lookup(query, keys)
         one_hot = torch.zeros(m, dtype=torch.float64)
         one_hot[i] = 1.0
         w = weights.detach().to("cpu", torch.float64)
-        if int((w != 0).sum()) > 1 and bool(((w == 0) | (w == 1)).all()):
-            raise ExerciseFailure(
-                f"{case}: several keys matched (weights {w.tolist()}); only key {i} equals the query. A key matches "
-                "when ALL its coordinates equal the query's: (keys == query).all(dim=-1), not .any."
-            )
-        expect(torch.equal(w, one_hot),
-               f"{case}: the weights must be exactly one-hot, 1 at the matching key {i} and 0 elsewhere: expected "
-               f"{one_hot.tolist()}, got {[round(v, 6) for v in w.tolist()]}. A softmax of scores is never exactly "
-               "one-hot; compare the query with every key for equality instead.")
+        expect(not (int((w != 0).sum()) > 1 and bool(((w == 0) | (w == 1)).all())),
+               f"{name}: several keys matched (weights {w.tolist()}); only key {i} equals the query. A key matches "
+               "when ALL its coordinates equal the query's: (keys == query).all(dim=-1), not .any.")
+        expect_same(w, one_hot, otherwise=lambda: (
+            f"{name}: the weights must be exactly one-hot, 1 at the matching key {i} and 0 elsewhere: expected "
+            f"{one_hot.tolist()}, got {[round(v, 6) for v in w.tolist()]}. A softmax of scores is never exactly "
+            "one-hot; compare the query with every key for equality instead."))
         expect(tuple(value.shape) == (values.shape[1],),
-               f"{case}: the value must have shape (d_v,) = ({values.shape[1]},), got {tuple(value.shape)}"
+               f"{name}: the value must have shape (d_v,) = ({values.shape[1]},), got {tuple(value.shape)}"
                + (" (did you return the key instead of the value?)" if tuple(value.shape) == (keys.shape[1],)
                   else ""))
-        expect_close(value, values[i], f"{case}: the value stored under key {i}")
+        expect_close(value, values[i], f"{name}: the value stored under key {i}")
 
-    for case, i in (("query equal to key 1", 1), ("query equal to the first key", 0),
-                    ("query equal to the last key", 3)):
-        lookup(case, keys[i].clone(), keys, values)
-        n += 1
-    lookup("a database with one entry", keys[2].clone(), keys[2:3], values[2:3])
-    n += 1
+    found = [(case, keys[i].clone(), keys, values) for case, i in (
+        ("query equal to key 1", 1), ("query equal to the first key", 0), ("query equal to the last key", 3))]
+    found.append(("a database with one entry", keys[2].clone(), keys[2:3], values[2:3]))
 
+    first = int(keys[0, 0])
     missing = [
         ("a query that differs from key 2 by 1e-3 in every coordinate", keys[2] + 1e-3,
          " An exact lookup does not return the nearest key: that is what attention pooling does."),
-        ("a query that agrees with key 0 in its first coordinate only, [1, 9, 9]", torch.tensor([1.0, 9.0, 9.0]),
+        (f"a query that agrees with key 0 in its first coordinate only, [{first}, 9, 9]",
+         torch.tensor([float(first), 9.0, 9.0]),
          " A key matches only when ALL its coordinates equal the query's: (keys == query).all(dim=-1)."),
     ]
-    for case, query, hint in missing:
-        try:
-            got = answer(query, keys, values)
-        except KeyError:
-            n += 1
-            continue
-        except NotImplementedError:
-            raise
-        except Exception as error:
-            raise ExerciseFailure(
-                f"{case}: no key matches, so raise KeyError (as a Python dict does), but your function raised "
-                f"{type(error).__name__}: {error}"
-            ) from None
-        shown = [t.tolist() if isinstance(t, torch.Tensor) else t for t in got] if isinstance(got, tuple) else got
-        weights = got[1] if isinstance(got, tuple) and len(got) == 2 else None
-        if isinstance(weights, torch.Tensor) and not bool((weights != 0).any()):
-            hint = " All-zero weights pool to the zero vector, which looks like a stored value; raise instead."
-        raise ExerciseFailure(
-            f"{case}: no key matches, so raise KeyError (as a Python dict does); your function returned {shown}.{hint}"
-        )
-    return n
+
+    def no_match(case: tuple[str, torch.Tensor, str]) -> None:
+        name, query, hint = case
+
+        def returned(got: object) -> str:
+            shown = [t.tolist() if isinstance(t, torch.Tensor) else t for t in got] if isinstance(got, tuple) else got
+            weights = got[1] if isinstance(got, tuple) and len(got) == 2 else None
+            zero = isinstance(weights, torch.Tensor) and not bool((weights != 0).any())
+            why = " All-zero weights pool to the zero vector, which looks like a stored value; raise instead." \
+                if zero else hint
+            return f"{name}: no key matches, so raise KeyError (as a Python dict does); your function returned " \
+                   f"{shown}.{why}"
+
+        expect_raises(answer, (query, keys, values), KeyError, returned=returned, other=lambda error: (
+            f"{name}: no key matches, so raise KeyError (as a Python dict does), but your function raised "
+            f"{type(error).__name__}: {error}"))
+
+    return count_cases(found, lookup) + count_cases(missing, no_match)

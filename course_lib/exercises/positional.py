@@ -12,10 +12,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
-from ._core import ExerciseFailure, call, checker, expect, expect_close
+from ._core import (
+    book_or_drawn,
+    call,
+    call_explained,
+    checker,
+    count_cases,
+    expect,
+    expect_match,
+    expect_raises,
+    integer,
+)
 
 
 def _as_float64(got: object, shape: tuple[int, ...], case: str, layout: str) -> torch.Tensor:
@@ -68,35 +79,34 @@ _TABLE_MISTAKES = [
 ]
 
 
+def _table_sizes(g: torch.Generator) -> list[tuple[int, int]]:
+    """(T, d) of the kinds the book checks: a long table, a square one, d = 2, an odd d and d = 1."""
+    square = 2 * integer(g, 8, 32)
+    return [(integer(g, 20, 60), 2 * integer(g, 4, 16)), (square, square), (integer(g, 2, 8), 2),
+            (integer(g, 10, 30), 2 * integer(g, 2, 6) + 1), (integer(g, 2, 6), 1)]
+
+
 @checker("positional.sinusoidal_positions",
          "sinusoidal_positions(T, d): P[t, 2i] = sin(t / 10000^(2i/d)), P[t, 2i+1] = cos(...), any d")
 def check_sinusoidal_positions(answer: Callable) -> int:
-    n = 0
-    for T, d in ((50, 16), (64, 64), (5, 2), (20, 7), (3, 1)):
+    def one(size: tuple[int, int]) -> None:
+        T, d = size
         case = f"T={T}, d={d}"
-        try:
-            got = answer(T, d)
-        except NotImplementedError:
-            raise
-        except Exception as error:
-            hint = (" For odd d there are ceil(d/2) sines and floor(d/2) cosines: the last column is a sine "
-                    "without its cosine." if d % 2 else "")
-            raise ExerciseFailure(f"{case}: your function raised {type(error).__name__}: {error}.{hint}") from None
-        if isinstance(got, torch.Tensor) and tuple(got.shape) == (1, T, d):
-            raise ExerciseFailure(f"{case}: got shape {(1, T, d)}; return the table itself, shape (T, d), "
-                                  "without the batch axis.")
-        if isinstance(got, torch.Tensor) and tuple(got.shape) == (d, T) and d != T:
-            raise ExerciseFailure(f"{case}: got shape {(d, T)}, the transpose: rows are positions, columns "
-                                  "features, shape (T, d).")
-        actual = _as_float64(got, (T, d), case, "(T, d)")
-        expected = _loop_table(T, d)
-        if not torch.allclose(actual, expected, atol=2e-5):
-            for kwargs, hint in _TABLE_MISTAKES:
-                if torch.allclose(actual, _loop_table(T, d, **kwargs), atol=2e-5):
-                    raise ExerciseFailure(f"{case}: {hint}")
-        expect_close(got, expected, case, atol=2e-5)
-        n += 1
-    return n
+        hint = (" For odd d there are ceil(d/2) sines and floor(d/2) cosines: the last column is a sine "
+                "without its cosine." if d % 2 else "")
+        got = call_explained(answer, lambda error: f"{case}: your function raised {type(error).__name__}: "
+                                                   f"{error}.{hint}", T, d)
+        shape = tuple(got.shape) if isinstance(got, torch.Tensor) else None
+        expect(shape != (1, T, d), f"{case}: got shape {(1, T, d)}; return the table itself, shape (T, d), "
+                                   "without the batch axis.")
+        expect(shape != (d, T) or d == T, f"{case}: got shape {(d, T)}, the transpose: rows are positions, "
+                                          "columns features, shape (T, d).")
+        _as_float64(got, (T, d), case, "(T, d)")
+        expect_match(got, _loop_table(T, d), case,
+                     [(partial(_loop_table, T, d, **kwargs), f"{case}: {hint}") for kwargs, hint in _TABLE_MISTAKES],
+                     atol=2e-5)
+
+    return count_cases(book_or_drawn([(50, 16), (64, 64), (5, 2), (20, 7), (3, 1)], 13, _table_sizes), one)
 
 
 def _rotation(k: int, d: int, *, backwards: bool = False,
@@ -114,47 +124,40 @@ def _rotation(k: int, d: int, *, backwards: bool = False,
     return R
 
 
+def _rotation_sizes(g: torch.Generator) -> list[tuple[int, int]]:
+    """(k, d): even d and shifts k of either sign, 0 once (as in the book)."""
+    return [(0 if i == 3 else integer(g, -50, 50), 2 * integer(g, 1, 16)) for i in range(6)]
+
+
 @checker("positional.rotation_matrix",
          "rotation_matrix(k, d): the block-diagonal R_k with p_{t+k} = R_k p_t for every t (even d)")
 def check_rotation_matrix(answer: Callable) -> int:
-    n = 0
-    for k, d in ((1, 8), (5, 16), (-3, 4), (0, 6), (17, 32), (40, 2)):
+    def one(size: tuple[int, int]) -> None:
+        k, d = size
         case = f"k={k}, d={d}"
         got = call(answer, case, k, d)
         actual = _as_float64(got, (d, d), case, "(d, d)")
-        expected = _rotation(k, d)
-        if not torch.allclose(actual, expected, atol=1e-6):
-            if k != 0 and torch.allclose(actual, _rotation(k, d, backwards=True), atol=1e-6):
-                raise ExerciseFailure(
-                    f"{case}: your R_k moves positions backwards, R_k p_t = p_(t-k) (it is the transpose of the "
-                    "right matrix; R_k acts on the column p_t, so in rows P[t + k] = P[t] @ R_k.T). From "
-                    "sin(a + b) = sin a cos b + cos a sin b and cos(a + b) = cos a cos b - sin a sin b, the block "
-                    "acting on (sin, cos) is [[cos kw, sin kw], [-sin kw, cos kw]].")
-            if torch.allclose(actual, _rotation(k, d, exponent=lambda i, d: i / d), atol=1e-6):
-                raise ExerciseFailure(
-                    f"{case}: the frequency of pair i must be w_i = 1 / 10000^(2i/d); yours uses the exponent i/d.")
-            if torch.allclose(actual, _rotation(k, d, exponent=lambda i, d: (2 * i + 1) / d), atol=1e-6):
-                raise ExerciseFailure(
-                    f"{case}: the frequency of pair i must be w_i = 1 / 10000^(2i/d); yours uses (2i+1)/d.")
-            if torch.allclose(actual.abs(), expected.abs(), atol=1e-6):
-                raise ExerciseFailure(
-                    f"{case}: the entries have the right size but some signs are wrong; the block acting on the "
-                    "pair (sin, cos) is [[cos kw, sin kw], [-sin kw, cos kw]].")
-        expect_close(got, expected, f"{case} (R_k p_t must equal p_(t+k) for every t)", atol=1e-6)
-        n += 1
+        mistakes = [
+            (lambda: _rotation(k, d, backwards=True),
+             f"{case}: your R_k moves positions backwards, R_k p_t = p_(t-k) (it is the transpose of the "
+             "right matrix; R_k acts on the column p_t, so in rows P[t + k] = P[t] @ R_k.T). From "
+             "sin(a + b) = sin a cos b + cos a sin b and cos(a + b) = cos a cos b - sin a sin b, the block "
+             "acting on (sin, cos) is [[cos kw, sin kw], [-sin kw, cos kw]]."),
+            (lambda: _rotation(k, d, exponent=lambda i, d: i / d),
+             f"{case}: the frequency of pair i must be w_i = 1 / 10000^(2i/d); yours uses the exponent i/d."),
+            (lambda: _rotation(k, d, exponent=lambda i, d: (2 * i + 1) / d),
+             f"{case}: the frequency of pair i must be w_i = 1 / 10000^(2i/d); yours uses (2i+1)/d."),
+            (lambda: _rotation(k, d).abs().copysign(actual),  # the right sizes with your signs
+             f"{case}: the entries have the right size but some signs are wrong; the block acting on the "
+             "pair (sin, cos) is [[cos kw, sin kw], [-sin kw, cos kw]]."),
+        ]
+        expect_match(got, _rotation(k, d), f"{case} (R_k p_t must equal p_(t+k) for every t)", mistakes, atol=1e-6)
 
-    for d in (5, 1):
-        try:
-            answer(3, d)
-        except NotImplementedError:
-            raise
-        except ValueError:
-            n += 1
-            continue
-        except Exception as error:
-            raise ExerciseFailure(
-                f"k=3, d={d}: expected a ValueError for odd d, got {type(error).__name__}: {error}") from None
-        raise ExerciseFailure(
+    def odd(d: int) -> None:
+        expect_raises(answer, (3, d), ValueError, other=lambda error: (
+            f"k=3, d={d}: expected a ValueError for odd d, got {type(error).__name__}: {error}"), returned=lambda _: (
             f"k=3, d={d}: expected a ValueError. For odd d the last column sin(w t) has no cosine partner, so "
-            "p_(t+k) is not a linear function of p_t and no R_k exists; check d % 2 and raise ValueError.")
-    return n
+            "p_(t+k) is not a linear function of p_t and no R_k exists; check d % 2 and raise ValueError."))
+
+    sizes = book_or_drawn([(1, 8), (5, 16), (-3, 4), (0, 6), (17, 32), (40, 2)], 14, _rotation_sizes)
+    return count_cases(sizes, one) + count_cases((5, 1), odd)

@@ -15,6 +15,7 @@ import torch
 from ..transformer import Transformer, TransformerConfig
 from ..utils import global_state_preserved
 from ._core import (
+    book_or_drawn,
     call,
     checker,
     count_cases,
@@ -23,7 +24,7 @@ from ._core import (
     expect_match,
     expect_same,
     generator,
-    variant,
+    integer,
 )
 
 # ----------------------------------------------------------------------------------- layer norm
@@ -145,19 +146,15 @@ def _loop_mask(n_queries: int, n_keys: int, valid_lens: list[int], *, offset: in
 
 def _mask_cases() -> list[tuple[int, int, list[int]]]:
     """(n_queries, n_keys, valid_lens): square masks and one with fewer queries than keys (a cache's case)."""
-    if variant() == 0:
-        return [(4, 4, [4, 3]), (5, 5, [2, 5, 1]), (3, 5, [5, 2, 0])]
-    g = generator(8)
+    def draw(g: torch.Generator) -> list[tuple[int, int, list[int]]]:
+        cases = []
+        for square in (True, True, False):
+            n_k = integer(g, 3, 7)
+            n_q = n_k if square else integer(g, 1, n_k - 1)
+            cases.append((n_q, n_k, [integer(g, 0, n_k) for _ in range(integer(g, 1, 4))]))
+        return cases
 
-    def draw(low: int, high: int) -> int:
-        return int(torch.randint(low, high + 1, (), generator=g))
-
-    cases = []
-    for square in (True, True, False):
-        n_k = draw(3, 7)
-        n_q = n_k if square else draw(1, n_k - 1)
-        cases.append((n_q, n_k, [draw(0, n_k) for _ in range(draw(1, 4))]))
-    return cases
+    return book_or_drawn([(4, 4, [4, 3]), (5, 5, [2, 5, 1]), (3, 5, [5, 2, 0])], 8, draw)
 
 
 @checker("transformer.look_ahead_and_padding_mask",
@@ -257,29 +254,26 @@ def _diagnose_count(delta: int, c) -> str:
 
 def _small_configs() -> list[TransformerConfig]:
     """Small models to count: post-norm, several layers, pre-norm, learned positions."""
-    if variant() == 0:
-        return [
-            TransformerConfig(11, 13, num_hiddens=8, ffn_num_hiddens=16, num_heads=2, num_enc_layers=1,
-                              num_dec_layers=1, max_len=10),
-            TransformerConfig(50, 70, num_hiddens=16, ffn_num_hiddens=24, num_heads=4, num_enc_layers=2,
-                              num_dec_layers=3, max_len=20),
-            TransformerConfig(30, 20, num_hiddens=12, ffn_num_hiddens=40, num_heads=3, num_enc_layers=3,
-                              num_dec_layers=2, max_len=16, norm_first=True),
-            TransformerConfig(30, 20, num_hiddens=12, ffn_num_hiddens=40, num_heads=3, num_enc_layers=2,
-                              num_dec_layers=2, max_len=16, positional="learned"),
-        ]
-    g = generator(9)
+    def draw(g: torch.Generator) -> list[TransformerConfig]:
+        configs = []
+        for extra in ({}, {}, {"norm_first": True}, {"positional": "learned"}):
+            heads = integer(g, 1, 4)
+            configs.append(TransformerConfig(
+                integer(g, 5, 60), integer(g, 5, 60), num_hiddens=heads * integer(g, 2, 5),
+                ffn_num_hiddens=integer(g, 8, 48), num_heads=heads, num_enc_layers=integer(g, 1, 3),
+                num_dec_layers=integer(g, 1, 3), max_len=integer(g, 8, 24), **extra))
+        return configs
 
-    def draw(low: int, high: int) -> int:
-        return int(torch.randint(low, high + 1, (), generator=g))
-
-    configs = []
-    for extra in ({}, {}, {"norm_first": True}, {"positional": "learned"}):
-        heads = draw(1, 4)
-        configs.append(TransformerConfig(draw(5, 60), draw(5, 60), num_hiddens=heads * draw(2, 5),
-                                         ffn_num_hiddens=draw(8, 48), num_heads=heads, num_enc_layers=draw(1, 3),
-                                         num_dec_layers=draw(1, 3), max_len=draw(8, 24), **extra))
-    return configs
+    return book_or_drawn([
+        TransformerConfig(11, 13, num_hiddens=8, ffn_num_hiddens=16, num_heads=2, num_enc_layers=1,
+                          num_dec_layers=1, max_len=10),
+        TransformerConfig(50, 70, num_hiddens=16, ffn_num_hiddens=24, num_heads=4, num_enc_layers=2,
+                          num_dec_layers=3, max_len=20),
+        TransformerConfig(30, 20, num_hiddens=12, ffn_num_hiddens=40, num_heads=3, num_enc_layers=3,
+                          num_dec_layers=2, max_len=16, norm_first=True),
+        TransformerConfig(30, 20, num_hiddens=12, ffn_num_hiddens=40, num_heads=3, num_enc_layers=2,
+                          num_dec_layers=2, max_len=16, positional="learned"),
+    ], 9, draw)
 
 
 @checker("transformer.num_parameters",
