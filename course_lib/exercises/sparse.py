@@ -13,7 +13,18 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ._core import ExerciseFailure, call, checker, expect, expect_close, generator
+from ._core import (
+    book_or_drawn,
+    call,
+    checker,
+    count_cases,
+    expect,
+    expect_close,
+    expect_match,
+    expect_same,
+    generator,
+    integer,
+)
 
 # --- sparse.window_global_pattern ---------------------------------------------------------------
 
@@ -26,11 +37,20 @@ def _loop_window_global(n: int, window: int, n_global: int) -> torch.Tensor:
     return mask
 
 
+def _pattern_sizes(g: torch.Generator) -> list[tuple[int, int, int]]:
+    """(n, window, n_global) of the kinds the book checks: global tokens or not, no window, a window wider than
+    the sequence, every token global."""
+    wide, all_global = integer(g, 3, 6), integer(g, 5, 10)
+    return [(integer(g, 8, 16), integer(g, 1, 3), integer(g, 1, 2)), (integer(g, 8, 16), 1, integer(g, 2, 4)),
+            (integer(g, 4, 9), 0, 0), (wide, wide + integer(g, 0, 5), 0), (all_global, integer(g, 1, 3), all_global),
+            (integer(g, 12, 20), 2, 2)]
+
+
 @checker("sparse.window_global_pattern",
          "window_global_pattern(n, window, n_global): a sliding window plus global tokens, as an (n, n) bool mask")
 def check_window_global_pattern(answer: Callable) -> int:
-    n_checks = 0
-    for n, window, n_global in ((10, 2, 1), (12, 1, 3), (7, 0, 0), (5, 10, 0), (9, 3, 9), (16, 2, 2)):
+    def one(size: tuple[int, int, int]) -> None:
+        n, window, n_global = size
         case = f"n={n}, window={window}, n_global={n_global}"
         got = call(answer, case, n, window, n_global)
         expected = _loop_window_global(n, window, n_global)
@@ -40,24 +60,27 @@ def check_window_global_pattern(answer: Callable) -> int:
                f"{case}: return a bool tensor (True = attend), got dtype {got.dtype}; comparisons such as "
                "(i - j).abs() <= window give one, combine them with | and &")
         got = got.cpu()
-        if torch.equal(got, expected):
-            n_checks += 1
-            continue
         i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
-        window_too_short = ((i - j).abs() < window) | (i < n_global) | (j < n_global)
-        if window > 0 and torch.equal(got, window_too_short):
-            raise ExerciseFailure(f"{case}: the window is one position too short: |i - j| <= window is allowed "
-                                  "(window positions on each side and the position itself)")
-        only_columns = ((i - j).abs() <= window) | (j < n_global)
-        only_rows = ((i - j).abs() <= window) | (i < n_global)
-        if torch.equal(got, only_columns) or torch.equal(got, only_rows):
-            raise ExerciseFailure(f"{case}: a global token works both ways: it attends to every position (rows "
-                                  "i < n_global are all True) and every position attends to it (columns "
-                                  "j < n_global are all True)")
-        wrong = (got != expected).nonzero()[0].tolist()
-        raise ExerciseFailure(f"{case}: entry (i, j) = {tuple(wrong)} should be {bool(expected[tuple(wrong)])}; "
-                              "query i attends to key j when |i - j| <= window or i < n_global or j < n_global")
-    return n_checks
+        one_way = (f"{case}: a global token works both ways: it attends to every position (rows i < n_global are "
+                   "all True) and every position attends to it (columns j < n_global are all True)")
+        mistakes = [
+            (((i - j).abs() <= window) | (j < n_global), one_way),  # only the columns
+            (((i - j).abs() <= window) | (i < n_global), one_way),  # only the rows
+        ]
+        if window > 0:
+            mistakes.insert(0, (((i - j).abs() < window) | (i < n_global) | (j < n_global),
+                                f"{case}: the window is one position too short: |i - j| <= window is allowed "
+                                "(window positions on each side and the position itself)"))
+
+        def entry_message() -> str:
+            wrong = (got != expected).nonzero()[0].tolist()
+            return (f"{case}: entry (i, j) = {tuple(wrong)} should be {bool(expected[tuple(wrong)])}; "
+                    "query i attends to key j when |i - j| <= window or i < n_global or j < n_global")
+
+        expect_same(got, expected, mistakes, otherwise=entry_message)
+
+    sizes = book_or_drawn([(10, 2, 1), (12, 1, 3), (7, 0, 0), (5, 10, 0), (9, 3, 9), (16, 2, 2)], 15, _pattern_sizes)
+    return count_cases(sizes, one)
 
 
 # --- sparse.strided_pairs -----------------------------------------------------------------------
@@ -83,38 +106,50 @@ def _pairs_by_loops(n: int, stride: int) -> int:
     return sum(1 for i in range(n) for j in range(i + 1) if i - j < stride or (i - j) % stride == 0)
 
 
+def _stride_sizes(g: torch.Generator) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(n, stride): small ones (stride 1, stride > n, n a multiple of the stride or not) counted by loops, and
+    large ones counted block by block."""
+    small = [(integer(g, 1, 3), 1), (integer(g, 4, 8), 1), (integer(g, 4, 8), 2), (integer(g, 1, 6), integer(g, 7, 12))]
+    small += [(integer(g, 10, 100), integer(g, 2, 13)) for _ in range(6)]
+    large = [(integer(g, 10**5, 10**6), integer(g, 100, 1000)) for _ in range(3)]
+    return small, large
+
+
 @checker("sparse.strided_pairs",
          "strided_pairs(n, stride): the number of pairs (i, j) the causal strided pattern allows, in closed form")
 def check_strided_pairs(answer: Callable) -> int:
-    n_checks = 0
-    small = [(1, 1), (5, 1), (5, 2), (16, 4), (17, 4), (3, 8), (30, 7), (64, 8), (100, 10), (99, 13)]
-    for n, stride in small:
+    small, large = book_or_drawn(
+        ([(1, 1), (5, 1), (5, 2), (16, 4), (17, 4), (3, 8), (30, 7), (64, 8), (100, 10), (99, 13)],
+         [(10**6, 1000), (10**6 + 7, 999), (4096, 64)]), 16, _stride_sizes)
+
+    def by_loops(size: tuple[int, int]) -> None:
+        n, stride = size
         got = call(answer, f"n={n}, stride={stride}", n, stride)
         expected = _pairs_by_loops(n, stride)
         expect(isinstance(got, int) and not isinstance(got, bool),
                f"n={n}, stride={stride}: return an exact Python int (use // for the divisions), got "
                f"{type(got).__name__} {got!r}")
-        if got == expected:
-            n_checks += 1
-            continue
-        if got == n * stride + sum(i // stride for i in range(n)):
-            raise ExerciseFailure(f"n={n}, stride={stride}: expected {expected}, got {got}. The first rows have "
-                                  "fewer band positions: row i sees min(i + 1, stride) of them, not stride")
-        if got == expected + max(0, n - stride):
-            raise ExerciseFailure(f"n={n}, stride={stride}: expected {expected}, got {got}, one too many in each "
-                                  "row i >= stride: the position i - stride is in the band of the paper's "
-                                  "definition and in the column, count it once")
-        if got == expected - n:
-            raise ExerciseFailure(f"n={n}, stride={stride}: expected {expected}, got {got}, one too few in each "
-                                  "row: every position attends to itself (j = i)")
-        raise ExerciseFailure(f"n={n}, stride={stride}: expected {expected} allowed pairs, got {got}; count the "
-                              "band, min(i + 1, stride) for row i, plus the column, i // stride, and sum over i")
-    for n, stride in ((10**6, 1000), (10**6 + 7, 999), (4096, 64)):
+        values = f"n={n}, stride={stride}: expected {expected}, got {got}"
+        mistakes = [
+            (n * stride + sum(i // stride for i in range(n)),
+             f"{values}. The first rows have fewer band positions: row i sees min(i + 1, stride) of them, not "
+             "stride"),
+            (expected + max(0, n - stride),
+             f"{values}, one too many in each row i >= stride: the position i - stride is in the band of the "
+             "paper's definition and in the column, count it once"),
+            (expected - n, f"{values}, one too few in each row: every position attends to itself (j = i)"),
+        ]
+        expect_same(got, expected, mistakes, otherwise=(
+            f"n={n}, stride={stride}: expected {expected} allowed pairs, got {got}; count the band, "
+            "min(i + 1, stride) for row i, plus the column, i // stride, and sum over i"))
+
+    def by_blocks(size: tuple[int, int]) -> None:
+        n, stride = size
         got = call(answer, f"n={n}, stride={stride}", n, stride)
         expected = _pairs_by_blocks(n, stride)
         expect(got == expected, f"n={n}, stride={stride}: expected {expected}, got {got}")
-        n_checks += 1
-    return n_checks
+
+    return count_cases(small, by_loops) + count_cases(large, by_blocks)
 
 
 # --- sparse.block_local_attention ---------------------------------------------------------------
@@ -151,34 +186,37 @@ def _loop_block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blo
 @checker("sparse.block_local_attention",
          "block_local_attention(queries, keys, values, block): attention inside blocks, without the n x n matrix")
 def check_block_local_attention(answer: Callable) -> int:
-    n_checks = 0
     g = generator(9)
-    for batch, n, d, d_v, block in ((2, 12, 4, 3, 4), (1, 10, 3, 5, 5), (3, 6, 2, 2, 1), (1, 8, 4, 4, 8)):
+
+    def one(size: tuple[int, int, int, int, int]) -> None:
+        batch, n, d, d_v, block = size
         case = f"batch={batch}, n={n}, d={d}, block={block}"
-        q, k, v = (torch.randn(batch, n, size, generator=g) for size in (d, d, d_v))
+        q, k, v = (torch.randn(batch, n, width, generator=g) for width in (d, d, d_v))
         got = call(answer, case, q, k, v, block)
         expected = _loop_block_attention(q, k, v, block)
         expect(isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(expected.shape),
                f"{case}: expected a tensor of shape {tuple(expected.shape)} (batch, n, d_v), got "
                f"{tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
-        if not torch.allclose(got.detach().double(), expected, atol=1e-5, rtol=1e-4):
-            unscaled = _loop_block_attention(q * math.sqrt(d), k, v, block)
-            if torch.allclose(got.detach().double(), unscaled, atol=1e-5, rtol=1e-4):
-                raise ExerciseFailure(f"{case}: the scores must be divided by sqrt(d) = {math.sqrt(d):.3f} "
-                                      "(scaled dot-product attention)")
-            expect_close(got, expected, f"{case} (query i = b * block + r belongs to block b = i // block: "
-                                        "reshape to (batch, n // block, block, d), score and softmax inside each "
-                                        "block over its last axis, then reshape back)")
-        n_checks += 1
-    # The point of the exercise: no (n, n) tensor.
-    n, block = 256, 16
-    q, k, v = (torch.randn(1, n, 8, generator=g) for _ in range(3))
-    probe = _LargestTensor()
-    with torch.no_grad(), probe:
-        got = call(answer, f"n={n}, block={block}", q, k, v, block)
-    expect_close(got, _loop_block_attention(q, k, v, block), f"n={n}, block={block}")
-    expect(probe.largest < n * n // 4,
-           f"n={n}, block={block}: your function built a tensor of {probe.largest} entries, the size of the dense "
-           f"(n, n) = ({n}, {n}) score matrix; score each block separately: (batch, n // block, block, d) @ "
-           f"(batch, n // block, d, block) -> (batch, n // block, block, block), n * block entries")
-    return n_checks + 2
+        expect_match(got, expected, f"{case} (query i = b * block + r belongs to block b = i // block: reshape to "
+                                    "(batch, n // block, block, d), score and softmax inside each block over its "
+                                    "last axis, then reshape back)",
+                     [(lambda: _loop_block_attention(q * math.sqrt(d), k, v, block),
+                       f"{case}: the scores must be divided by sqrt(d) = {math.sqrt(d):.3f} (scaled dot-product "
+                       "attention)")])
+
+    def without_the_dense_matrix(size: tuple[int, int]) -> int:
+        # The point of the exercise: no (n, n) tensor.
+        n, block = size
+        q, k, v = (torch.randn(1, n, 8, generator=g) for _ in range(3))
+        probe = _LargestTensor()
+        with torch.no_grad(), probe:
+            got = call(answer, f"n={n}, block={block}", q, k, v, block)
+        expect_close(got, _loop_block_attention(q, k, v, block), f"n={n}, block={block}")
+        expect(probe.largest < n * n // 4,
+               f"n={n}, block={block}: your function built a tensor of {probe.largest} entries, the size of the "
+               f"dense (n, n) = ({n}, {n}) score matrix; score each block separately: (batch, n // block, block, "
+               f"d) @ (batch, n // block, d, block) -> (batch, n // block, block, block), n * block entries")
+        return 2
+
+    sizes = [(2, 12, 4, 3, 4), (1, 10, 3, 5, 5), (3, 6, 2, 2, 1), (1, 8, 4, 4, 8)]
+    return count_cases(sizes, one) + count_cases([(256, 16)], without_the_dense_matrix)

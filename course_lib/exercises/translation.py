@@ -12,7 +12,19 @@ import math
 import random
 from collections.abc import Callable, Sequence
 
-from ._core import ExerciseFailure, call, checker, expect
+import torch
+
+from ._core import (
+    ExerciseFailure,
+    book_or_drawn,
+    call,
+    call_explained,
+    checker,
+    count_cases,
+    expect,
+    expect_same,
+    integer,
+)
 
 # --- translation.ngram_precision ----------------------------------------------------------------
 
@@ -47,68 +59,77 @@ def _words(text: str) -> list[str]:
 @checker("translation.ngram_precision",
          "ngram_precision(pred_tokens, ref_token_lists, n) -> (clipped matches, total) against several references")
 def check_ngram_precision(answer: Callable) -> int:
-    n_checks = 0
+    def every_occurrence() -> None:
+        # Every occurrence counts, not just distinct n-grams.
+        pred = _words("the cat the cat")
+        got = _as_pair(call(answer, "repeated matching n-grams", pred, [pred], 1), "n = 1")
+        expect_same(got, (4, 4), [((2, 4), "'the cat the cat' against itself gave (2, 4): count every occurrence of "
+                                           "an n-gram (a collections.Counter), not the distinct ones (a set)")],
+                    otherwise=f"'the cat the cat' against itself, n = 1: expected (4, 4), got {got}")
 
-    # Every occurrence counts, not just distinct n-grams.
-    pred = _words("the cat the cat")
-    got = _as_pair(call(answer, "repeated matching n-grams", pred, [pred], 1), "n = 1")
-    expect(got != (2, 4), "'the cat the cat' against itself gave (2, 4): count every occurrence of an n-gram "
-                          "(a collections.Counter), not the distinct ones (a set)")
-    expect(got == (4, 4), f"'the cat the cat' against itself, n = 1: expected (4, 4), got {got}")
-    n_checks += 1
+    def clipped() -> None:
+        # Papineni et al.'s example: a repeated word must be clipped by its count in one reference.
+        pred = _words("the the the the the the the")
+        refs = [_words("the cat is on the mat"), _words("there is a cat on the mat")]
+        pred_before, refs_before = list(pred), [list(r) for r in refs]
+        got = _as_pair(call(answer, "Papineni's 'the the the ...' example", pred, refs, 1), "n = 1")
+        expect(pred == pred_before and refs == refs_before, "your function changed its arguments; count in new "
+                                                            "objects")
+        expect(got[1] == 7, f"'the' x 7 has 7 unigrams: the total must be 7, got {got[1]}")
+        mistakes = [
+            ((7, 7), "'the the the the the the the' got 7 matching unigrams: clip each n-gram's count by the most "
+                     "times it occurs in a single reference ('the' occurs twice in the first reference)"),
+            ((3, 7), "'the' got 3 matches: that is the sum of its counts over the two references (2 + 1); clip by "
+                     "the maximum over the references, not the sum"),
+        ]
+        expect_same(got, (2, 7), mistakes, otherwise=f"'the' x 7 against the two references: expected (2, 7), got "
+                                                     f"{got}")
 
-    # Papineni et al.'s example: a repeated word must be clipped by its count in one reference.
-    pred = _words("the the the the the the the")
-    refs = [_words("the cat is on the mat"), _words("there is a cat on the mat")]
-    pred_before, refs_before = list(pred), [list(r) for r in refs]
-    got = _as_pair(call(answer, "Papineni's 'the the the ...' example", pred, refs, 1), "n = 1")
-    expect(pred == pred_before and refs == refs_before, "your function changed its arguments; count in new objects")
-    expect(got[1] == 7, f"'the' x 7 has 7 unigrams: the total must be 7, got {got[1]}")
-    expect(got[0] != 7, "'the the the the the the the' got 7 matching unigrams: clip each n-gram's count by the "
-                        "most times it occurs in a single reference ('the' occurs twice in the first reference)")
-    expect(got[0] != 3, "'the' got 3 matches: that is the sum of its counts over the two references (2 + 1); clip by "
-                        "the maximum over the references, not the sum")
-    expect(got == (2, 7), f"'the' x 7 against the two references: expected (2, 7), got {got}")
-    n_checks += 1
+    pred_two, refs_two = _words("a cat sat on the mat"), [_words("the cat sat"), _words("a cat on the mat")]
 
-    # The second reference matters.
-    pred = _words("a cat sat on the mat")
-    refs = [_words("the cat sat"), _words("a cat on the mat")]
-    for n in range(1, 5):
+    def two_references(n: int) -> None:
+        # The second reference matters.
+        expected = _brute_precision(pred_two, refs_two, n)
+        got = _as_pair(call(answer, f"two references, n = {n}", pred_two, refs_two, n), f"n = {n}")
+        expect(got[1] == expected[1],
+               f"'a cat sat on the mat', n = {n}: the total must be the number of predicted {n}-grams, "
+               f"len(pred) - n + 1 = {expected[1]}, got {got[1]}")
+        first_only = (_brute_precision(pred_two, refs_two[:1], n)[0], expected[1])
+        expect_same(got, expected, [(first_only, f"'a cat sat on the mat', n = {n}: you only matched against the "
+                                                 "first reference; an n-gram counts when it occurs in any "
+                                                 f"reference: expected {expected}, got {got}")],
+                    otherwise=f"'a cat sat on the mat' against {refs_two}, n = {n}: expected {expected}, got {got}")
+
+    def short(case: tuple[list[str], int]) -> None:
+        # Short and empty predictions: no n-gram at all is (0, 0), not an error.
+        pred, n = case
+        refs = [_words("oui ."), _words("bonjour !")]
         expected = _brute_precision(pred, refs, n)
-        got = _as_pair(call(answer, f"two references, n = {n}", pred, refs, n), f"n = {n}")
-        if got[1] != expected[1]:
-            raise ExerciseFailure(
-                f"'a cat sat on the mat', n = {n}: the total must be the number of predicted {n}-grams, "
-                f"len(pred) - n + 1 = {expected[1]}, got {got[1]}")
-        if got[0] == _brute_precision(pred, refs[:1], n)[0] and got[0] != expected[0]:
-            raise ExerciseFailure(
-                f"'a cat sat on the mat', n = {n}: you only matched against the first reference; an n-gram "
-                f"counts when it occurs in any reference: expected {expected}, got {got}")
-        expect(got == expected, f"'a cat sat on the mat' against {refs}, n = {n}: expected {expected}, got {got}")
-        n_checks += 1
-
-    # Short and empty predictions: no n-gram at all is (0, 0), not an error.
-    for pred, n in ((_words("bonjour ."), 3), ([], 1), (_words("oui"), 1)):
-        expected = _brute_precision(pred, [_words("oui ."), _words("bonjour !")], n)
-        got = _as_pair(call(answer, f"prediction {pred} with n = {n}", pred,
-                             [_words("oui ."), _words("bonjour !")], n), f"prediction {pred}, n = {n}")
+        got = _as_pair(call(answer, f"prediction {pred} with n = {n}", pred, refs, n), f"prediction {pred}, n = {n}")
         expect(got == expected, f"prediction {pred}, n = {n}: expected {expected} (a prediction shorter than n has "
                                 f"no {n}-gram), got {got}")
-        n_checks += 1
 
-    # Random small corpora: repeated words make clipping matter.
-    rng = random.Random(8)
-    for case in range(40):
+    # Random small corpora (repeated words make clipping matter), together one check.
+    rng = random.Random(book_or_drawn(8, 17, lambda g: integer(g, 0, 2**31 - 1)))
+    corpora = []
+    for _ in range(40):
         words = ["le", "la", "chat", "est", "."][: rng.randint(2, 5)]
         pred = [rng.choice(words) for _ in range(rng.randint(0, 9))]
         refs = [[rng.choice(words) for _ in range(rng.randint(1, 8))] for _ in range(rng.randint(1, 3))]
-        n = rng.randint(1, 4)
+        corpora.append((pred, refs, rng.randint(1, 4)))
+
+    def random_corpus(case: tuple[int, tuple[list[str], list[list[str]], int]]) -> None:
+        k, (pred, refs, n) = case
         expected = _brute_precision(pred, refs, n)
-        got = _as_pair(call(answer, f"random case {case}", pred, refs, n), f"random case {case}")
+        got = _as_pair(call(answer, f"random case {k}", pred, refs, n), f"random case {k}")
         expect(got == expected, f"pred {pred} against {refs}, n = {n}: expected {expected}, got {got}")
-    n_checks += 1
-    return n_checks
+
+    def random_corpora(cases: list[tuple[list[str], list[list[str]], int]]) -> None:
+        count_cases(enumerate(cases), random_corpus)  # together one check
+
+    return (count_cases([every_occurrence, clipped], lambda step: step()) + count_cases(range(1, 5), two_references)
+            + count_cases([(_words("bonjour ."), 3), ([], 1), (_words("oui"), 1)], short)
+            + count_cases([corpora], random_corpora))
 
 
 # --- translation.brevity_penalty ----------------------------------------------------------------
@@ -121,10 +142,20 @@ def _bp(c: int, r: int) -> float:
     return math.exp(1.0 - r / c) if c > 0 else 0.0
 
 
+def _length_pairs(g: torch.Generator) -> tuple:
+    """(c, r) of the kinds the book checks: a shorter corpus, longer or equal ones, an empty one, a mix."""
+    r = integer(g, 5, 50)
+    equal_length = integer(g, 2, 60)
+    return ((integer(g, 1, r - 1), r), [(r + integer(g, 1, 9), r), (equal_length, equal_length), (integer(g, 2, 9), 1)],
+            integer(g, 1, 20), [(integer(g, 1, 100), integer(g, 1, 100)) for _ in range(6)])
+
+
 @checker("translation.brevity_penalty",
          "brevity_penalty(c, r): 1 if c >= r else exp(1 - r/c), 0 for an empty hypothesis corpus")
 def check_brevity_penalty(answer: Callable) -> int:
-    n_checks = 0
+    short, longer, empty_r, mixed = book_or_drawn(
+        ((8, 10), [(12, 10), (10, 10), (3, 1)], 5, [(1, 2), (5, 6), (7, 20), (99, 100), (1, 1), (40, 39)]), 18,
+        _length_pairs)
 
     def value(c: int, r: int) -> float:
         got = call(answer, f"c = {c}, r = {r}", c, r)
@@ -132,42 +163,47 @@ def check_brevity_penalty(answer: Callable) -> int:
         expect(ok, f"c = {c}, r = {r}: return a finite number, got {got!r}")
         return float(got)
 
-    # Shorter hypotheses: the ratio is r / c.
-    got = value(8, 10)
-    expect(not math.isclose(got, math.exp(1 - 8 / 10)),
-           f"c = 8, r = 10 gave exp(1 - c/r) = {got:.4f}: the penalty is exp(1 - r/c) (reference length over "
-           "hypothesis length), which goes to 0 as the hypotheses get shorter")
-    expect(math.isclose(got, _bp(8, 10), rel_tol=1e-9), f"c = 8, r = 10: expected exp(1 - 10/8) = {_bp(8, 10):.6f}, "
-                                                         f"got {got:.6f}")
-    n_checks += 1
+    def shorter(size: tuple[int, int]) -> None:
+        # Shorter hypotheses: the ratio is r / c.
+        c, r = size
+        got = value(c, r)
+        expect_same(got, _bp(c, r), [(math.exp(1 - c / r),
+                                     f"c = {c}, r = {r} gave exp(1 - c/r) = {got:.4f}: the penalty is exp(1 - r/c) "
+                                     "(reference length over hypothesis length), which goes to 0 as the hypotheses "
+                                     "get shorter")],
+                    same=lambda a, b: math.isclose(a, b, rel_tol=1e-9),
+                    otherwise=f"c = {c}, r = {r}: expected exp(1 - {r}/{c}) = {_bp(c, r):.6f}, got {got:.6f}")
 
-    # Longer hypotheses are not penalised (the clipped precisions already pay for extra words).
-    for c, r in ((12, 10), (10, 10), (3, 1)):
+    def not_penalised(size: tuple[int, int]) -> None:
+        # Longer hypotheses are not penalised (the clipped precisions already pay for extra words).
+        c, r = size
         got = value(c, r)
         expect(math.isclose(got, 1.0), f"c = {c}, r = {r} gave {got:.4f}: a hypothesis corpus at least as long "
                                        "as the references is not penalised, BP = 1")
-        n_checks += 1
 
-    # An empty hypothesis corpus: the limit of exp(1 - r/c) as c -> 0 is 0.
-    try:
-        got = answer(0, 5)
-    except NotImplementedError:
-        raise
-    except ZeroDivisionError:
-        raise ExerciseFailure("c = 0, r = 5 raised ZeroDivisionError: an empty hypothesis corpus gets BP = 0 "
-                              "(the limit of exp(1 - r/c) as c -> 0); test c == 0 before dividing") from None
-    except Exception as error:
-        raise ExerciseFailure(f"c = 0, r = 5: your function raised {type(error).__name__}: {error}") from None
-    expect(isinstance(got, (int, float)) and not isinstance(got, bool) and float(got) == 0.0,
-           f"c = 0, r = 5: an empty hypothesis corpus gets BP = 0, got {got!r}")
-    n_checks += 1
+    def empty(r: int) -> None:
+        # An empty hypothesis corpus: the limit of exp(1 - r/c) as c -> 0 is 0.
+        def crash(error: Exception) -> str:
+            if isinstance(error, ZeroDivisionError):
+                return (f"c = 0, r = {r} raised ZeroDivisionError: an empty hypothesis corpus gets BP = 0 (the limit "
+                        "of exp(1 - r/c) as c -> 0); test c == 0 before dividing")
+            return f"c = 0, r = {r}: your function raised {type(error).__name__}: {error}"
 
-    for c, r in ((1, 2), (5, 6), (7, 20), (99, 100), (1, 1), (40, 39)):
+        got = call_explained(answer, crash, 0, r)
+        expect(isinstance(got, (int, float)) and not isinstance(got, bool) and float(got) == 0.0,
+               f"c = 0, r = {r}: an empty hypothesis corpus gets BP = 0, got {got!r}")
+
+    def closed_form(size: tuple[int, int]) -> None:
+        c, r = size
         got = value(c, r)
         expect(math.isclose(got, _bp(c, r), rel_tol=1e-9, abs_tol=1e-12),
                f"c = {c}, r = {r}: expected {_bp(c, r):.6g}, got {got:.6g}")
-    n_checks += 1
-    return n_checks
+
+    def closed_forms(sizes: list[tuple[int, int]]) -> None:
+        count_cases(sizes, closed_form)  # together one check
+
+    return (count_cases([short], shorter) + count_cases(longer, not_penalised) + count_cases([empty_r], empty)
+            + count_cases([mixed], closed_forms))
 
 
 # --- translation.normalize_pair -----------------------------------------------------------------
@@ -203,14 +239,40 @@ def _pair_result(got: object, line: str) -> tuple[list[str], list[str]] | None:
     return list(got[0]), list(got[1])
 
 
+_NO_BREAK_SPACES = "\u202f\u00a0\u2009"
+
+
+def _rewritten(line: str, g: torch.Generator) -> str:
+    """The same pair written otherwise (a hidden variant): letters in the other case here and there, another
+    no-break space, spaces around the tabs and at the end; it normalises to the same tokens."""
+    end = "\r\n" if line.endswith("\r\n") else ""
+    chars = []
+    for ch in line[: len(line) - len(end)]:
+        if ch in _NO_BREAK_SPACES:
+            ch = _NO_BREAK_SPACES[integer(g, 0, 2)]
+        elif ch.isalpha() and ch.swapcase().lower() == ch.lower() and integer(g, 0, 1):
+            ch = ch.swapcase()
+        chars.append(ch)
+    around_tab = " " * integer(g, 0, 2) + "\t" + " " * integer(g, 0, 2)
+    return "".join(chars).replace("\t", around_tab) + " " * integer(g, 0, 2) + end
+
+
 @checker("translation.normalize_pair",
          "normalize_pair(line) -> (English tokens, French tokens) after D2L's normalisation, None if malformed")
 def check_normalize_pair(answer: Callable) -> int:
-    n_checks = 0
-    for line, expected in _PAIRS:
+    lines = book_or_drawn((_PAIRS, _SPACES, _ATTRIBUTION, _MALFORMED), 19, lambda g: (
+        [(_rewritten(line, g), expected) for line, expected in _PAIRS],
+        [(_rewritten(line, g), expected) for line, expected in _SPACES],
+        (_rewritten(_ATTRIBUTION[0], g), _ATTRIBUTION[1]),
+        [_rewritten(line, g) for line in _MALFORMED]))
+    pairs, spaces, attribution, malformed = lines
+
+    def good(case: tuple[str, tuple[list[str], list[str]]]) -> None:
+        line, expected = case
         got = _pair_result(call(answer, repr(line), line), line)
         expect(got is not None, f"{line!r} is a good line, but your function returned None")
-        if got != expected:
+
+        def what_to_fix() -> str:
             joined = " ".join(got[0] + got[1])
             if joined != joined.lower():
                 hint = "lower-case both sides"
@@ -221,33 +283,30 @@ def check_normalize_pair(answer: Callable) -> int:
                        "holds a space, tab or \\r"
             else:
                 hint = "compare with the expected tokens"
-            raise ExerciseFailure(f"{line!r}: expected {expected}, got {got}; {hint}")
-        n_checks += 1
+            return f"{line!r}: expected {expected}, got {got}; {hint}"
 
-    for line, expected in _SPACES:
+        expect_same(got, expected, otherwise=what_to_fix)
+
+    def french_spaces(case: tuple[str, tuple[list[str], list[str]]]) -> None:
+        line, expected = case
         got = _pair_result(call(answer, repr(line), line), line)
-        if got != expected:
-            raise ExerciseFailure(
-                f"{line!r}: expected {expected}, got {got}. French typography puts a no-break space before ! ? : ; "
-                "(U+202F, U+00A0 or U+2009): treat every space character as a space (replace those for which "
-                "char.isspace() is true by ' ') and split with str.split(), which splits on all of them")
-        n_checks += 1
+        expect(got == expected,
+               f"{line!r}: expected {expected}, got {got}. French typography puts a no-break space before ! ? : ; "
+               "(U+202F, U+00A0 or U+2009): treat every space character as a space (replace those for which "
+               "char.isspace() is true by ' ') and split with str.split(), which splits on all of them")
 
-    line, expected = _ATTRIBUTION
-    got = _pair_result(call(answer, "a line with an attribution column", line), line)
-    expect(got == expected, f"{line!r}: expected {expected}, got {got}; the columns after the second (the Tatoeba "
-                            "attribution) are not part of the translation: keep only columns 0 and 1")
-    n_checks += 1
+    def with_attribution(case: tuple[str, tuple[list[str], list[str]]]) -> None:
+        line, expected = case
+        got = _pair_result(call(answer, "a line with an attribution column", line), line)
+        expect(got == expected, f"{line!r}: expected {expected}, got {got}; the columns after the second (the "
+                                "Tatoeba attribution) are not part of the translation: keep only columns 0 and 1")
 
-    for line in _MALFORMED:
-        try:
-            got = answer(line)
-        except NotImplementedError:
-            raise
-        except Exception as error:
-            raise ExerciseFailure(f"{line!r} is malformed (no tab, or an empty side): return None instead of raising "
-                                  f"({type(error).__name__}: {error})") from None
+    def bad(line: str) -> None:
+        got = call_explained(answer, lambda error: (
+            f"{line!r} is malformed (no tab, or an empty side): return None instead of raising "
+            f"({type(error).__name__}: {error})"), line)
         expect(got is None, f"{line!r} is malformed (no tab, or a side that is empty after stripping spaces): "
                             f"return None, got {got!r}")
-        n_checks += 1
-    return n_checks
+
+    return (count_cases(pairs, good) + count_cases(spaces, french_spaces)
+            + count_cases([attribution], with_attribution) + count_cases(malformed, bad))
