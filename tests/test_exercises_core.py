@@ -237,6 +237,41 @@ def test_printed_feedback_fits_the_books_column_and_keeps_every_word(registered,
     assert max(len(line) for line in capsys.readouterr().out.splitlines()) <= _core.FEEDBACK_WIDTH
 
 
+def _calls(exercise: str, solution, variant: int) -> list:
+    """What the checker passes to the answer (as comparable values), running the worked solution."""
+    def canonical(value: object) -> object:
+        if isinstance(value, torch.Tensor):
+            return ("tensor", tuple(value.shape), str(value.dtype), tuple(value.detach().flatten().tolist()))
+        if isinstance(value, torch.nn.Module):  # a model: its kind and its weights
+            return (type(value).__name__, tuple(canonical(p) for p in value.parameters()))
+        if isinstance(value, (list, tuple)):
+            return tuple(canonical(v) for v in value)
+        if isinstance(value, dict):
+            return tuple((k, canonical(v)) for k, v in sorted(value.items()))
+        return repr(value)
+
+    calls = []
+
+    def recording(*args, **kwargs):
+        calls.append(canonical((args, kwargs)))
+        return solution(*args, **kwargs)
+
+    result = check(exercise, recording, quiet=True, variant=variant)
+    assert result.passed, result.message
+    return calls
+
+
+@pytest.mark.parametrize(("notebook", "label", "exercise", "name"), EXERCISES,
+                         ids=[ex for _, _, ex, _ in EXERCISES])
+def test_the_hidden_variant_draws_mostly_other_cases_than_the_book(notebook, label, exercise, name):
+    # The autograder's hidden tests must not repeat the cases a student saw pass in the notebook.
+    solution = _solution(notebook, label, name)
+    public = _calls(exercise, solution, 0)
+    hidden = _calls(exercise, solution, 1)
+    repeated = [c for c in hidden if c in public]
+    assert len(repeated) <= len(hidden) / 2, f"{len(repeated)} of {len(hidden)} hidden cases are public ones"
+
+
 @pytest.mark.parametrize(("notebook", "label", "exercise", "name"), EXERCISES,
                          ids=[ex for _, _, ex, _ in EXERCISES])
 def test_checking_leaves_the_global_random_state_alone(notebook, label, exercise, name):
@@ -315,3 +350,21 @@ def test_variant_is_the_running_checks_variant(registered):
     check("_test.variant", lambda: None, quiet=True, variant=3)
     check("_test.variant", lambda: None, quiet=True)
     assert seen == [3, 0] and _core.variant() == 0
+
+
+def test_hinted_appends_the_hint_to_a_failure_only():
+    with _core.hinted("look at the axes"):
+        pass
+    with pytest.raises(ExerciseFailure, match=r"^values differ\n  Hint: look at the axes$"), _core.hinted(
+            "look at the axes"):
+        raise ExerciseFailure("values differ")
+
+
+def test_book_or_drawn_gives_the_books_cases_only_in_variant_0(registered):
+    seen = []
+    registered("_test.cases", lambda answer: seen.append(_core.book_or_drawn(
+        [1, 2], 5, lambda g: [_core.integer(g, 10, 20) for _ in range(2)])) or 1)
+    for variant in (0, 1, 2, 0):
+        check("_test.cases", lambda: None, quiet=True, variant=variant)
+    assert seen[0] == seen[3] == [1, 2]
+    assert seen[1] != seen[2] and all(10 <= v <= 20 for v in seen[1] + seen[2])

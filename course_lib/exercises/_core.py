@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import sys
 import textwrap
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -237,6 +238,15 @@ def expect_same(actual: object, expected: object, mistakes: Mistakes = (), *, ot
     expect_none_of(actual, expected, mistakes, same)
     if not same(actual, expected):
         raise ExerciseFailure(otherwise() if callable(otherwise) else otherwise)
+
+
+@contextlib.contextmanager
+def hinted(hint: str) -> Iterator[None]:
+    """Append ``hint`` on its own line to the message of a failure raised inside the block."""
+    try:
+        yield
+    except ExerciseFailure as failure:
+        raise ExerciseFailure(f"{failure}\n  Hint: {hint}") from None
 
 
 def count_cases(cases: Iterable[T], check_one: Callable[[T], int | None]) -> int:

@@ -26,6 +26,7 @@ from ._core import (
     expect_raises,
     expect_same,
     generator,
+    hinted,
 )
 
 
@@ -132,13 +133,9 @@ def check_attention_weights(answer: Callable) -> int:
 
     def leading_batch_axes() -> None:
         case = "batched queries (2, 3, 4) and keys (2, 5, 4)"
-        try:
+        with hinted("with a leading batch axis, transpose only the last two axes of the keys, "
+                    "keys.transpose(-2, -1) (keys.T reverses every axis), and reduce over dim=-1."):
             compare(case, run(case, *batched), *batched)
-        except ExerciseFailure as failure:
-            raise ExerciseFailure(
-                f"{failure}\n  Hint: with a leading batch axis, transpose only the last two axes of the keys, "
-                "keys.transpose(-2, -1) (keys.T reverses every axis), and reduce over dim=-1."
-            ) from None
 
     def float64_inputs() -> None:
         got = run("float64 inputs", *(t.double() for t in batched))

@@ -35,6 +35,7 @@ from ._core import (
     expect_none_of,
     expect_same,
     generator,
+    hinted,
 )
 
 # --- bahdanau.context ---------------------------------------------------------------------------
@@ -138,13 +139,10 @@ def check_context(answer: Callable) -> int:
                     "encoder outputs (the keys).")] if H_dec == H_enc else []
         expect_match(weights, ref_weights, f"{name}, weights (check the score w_v^T tanh(W_q s + W_k h_j): "
                                            "W_q multiplies the decoder state, W_k the encoder outputs)", swapped)
-        try:
+        with hinted("your weights are right; the context is c = sum_j alpha_j h_j, the weighted sum of the encoder "
+                    "outputs (the values), e.g. (weights[:, :, None] * enc_outputs).sum(1) or "
+                    "torch.bmm(weights[:, None, :], enc_outputs)[:, 0]."):
             expect_close(context, ref_context, f"{name}, context")
-        except ExerciseFailure as failure:
-            raise ExerciseFailure(
-                f"{failure}\n  Hint: your weights are right; the context is c = sum_j alpha_j h_j, the weighted "
-                "sum of the encoder outputs (the values), e.g. (weights[:, :, None] * enc_outputs).sum(1) or "
-                "torch.bmm(weights[:, None, :], enc_outputs)[:, 0].") from None
         return 2
 
     return count_cases(cases, one)

@@ -15,7 +15,17 @@ from collections.abc import Callable
 
 import torch
 
-from ._core import ExerciseFailure, call, checker, count_cases, expect, expect_close, expect_match, generator
+from ._core import (
+    ExerciseFailure,
+    call,
+    checker,
+    count_cases,
+    expect,
+    expect_close,
+    expect_match,
+    expect_raises,
+    generator,
+)
 
 
 def _expect_tensor(got: object, shape: tuple[int, ...], case: str, layout: str) -> None:
@@ -74,26 +84,17 @@ def check_split_heads(answer: Callable) -> int:
         expect_match(got, _split_by_slices(X, h), f"{name} (head i must be X[..., i*d_h:(i+1)*d_h])",
                      mistakes if h > 1 else (), atol=1e-6)
 
-    n = count_cases(_SPLIT_CASES, one)
+    def indivisible(size: tuple[int, int]) -> None:
+        d, h = size
+        X = torch.randn(2, 5, d, generator=g)
+        expect_raises(answer, (X, h), ValueError, other=lambda error: (
+            f"num_heads={h} with d={d}: expected a ValueError ({h} does not divide {d}), got {type(error).__name__}: "
+            f"{error}. Check d % num_heads first and raise ValueError with a message that names both."),
+            returned=lambda _: (
+            f"num_heads={h} with d={d}: expected a ValueError, since {h} heads cannot share {d} features equally; "
+            "your function returned a result. Check d % num_heads and raise ValueError."))
 
-    X = torch.randn(2, 5, 10, generator=g)
-    try:
-        answer(X, 3)
-    except NotImplementedError:
-        raise
-    except ValueError:
-        n += 1
-    except Exception as error:
-        raise ExerciseFailure(
-            f"num_heads=3 with d=10: expected a ValueError (3 does not divide 10), got {type(error).__name__}: "
-            f"{error}. Check d % num_heads first and raise ValueError with a message that names both."
-        ) from None
-    else:
-        raise ExerciseFailure(
-            "num_heads=3 with d=10: expected a ValueError, since 3 heads cannot share 10 features equally; "
-            "your function returned a result. Check d % num_heads and raise ValueError."
-        )
-    return n
+    return count_cases(_SPLIT_CASES, one) + count_cases([(10, 3)], indivisible)
 
 
 @checker("multihead.merge_heads",

@@ -11,7 +11,18 @@ from collections.abc import Callable
 
 import torch
 
-from ._core import ExerciseFailure, call, checker, count_cases, expect, expect_close, expect_match, generator
+from ._core import (
+    ExerciseFailure,
+    call,
+    call_explained,
+    checker,
+    count_cases,
+    expect,
+    expect_close,
+    expect_match,
+    generator,
+    hinted,
+)
 
 
 def _loop_masked_softmax(X: torch.Tensor, valid_lens: torch.Tensor | None) -> torch.Tensor:
@@ -43,89 +54,86 @@ def _loop_masked_softmax(X: torch.Tensor, valid_lens: torch.Tensor | None) -> to
 @checker("scoring.masked_softmax",
          "my_masked_softmax(X, valid_lens): 1-D and 2-D valid lengths, zeros for fully masked rows")
 def check_masked_softmax(answer: Callable) -> int:
-    n = 0
     g = generator(3)
-
-    # The D2L example: three sentences of valid lengths 4, 3, 2 padded to 4 keys.
     X = torch.randn(3, 2, 4, generator=g)
-    X_before = X.clone()
-    lens = torch.tensor([4, 3, 2])
-    got = call(answer, "1-D valid_lens [4, 3, 2]", X, lens)
-    expect(torch.equal(X, X_before),
-           "your function changed X in place; use X.masked_fill (no underscore) to get a new tensor")
-    expect_close(got, _loop_masked_softmax(X, lens), "1-D valid_lens [4, 3, 2] (one length per example)")
-    n += 2
 
-    got = call(answer, "valid_lens=None", X, None)
-    expect_close(got, _loop_masked_softmax(X, None),
-                 "valid_lens=None (no masking: a plain softmax over the last axis)")
-    n += 1
+    def one_length_per_example() -> int:
+        # The D2L example: three sentences of valid lengths 4, 3, 2 padded to 4 keys.
+        X_before = X.clone()
+        lens = torch.tensor([4, 3, 2])
+        got = call(answer, "1-D valid_lens [4, 3, 2]", X, lens)
+        expect(torch.equal(X, X_before),
+               "your function changed X in place; use X.masked_fill (no underscore) to get a new tensor")
+        expect_close(got, _loop_masked_softmax(X, lens), "1-D valid_lens [4, 3, 2] (one length per example)")
+        return 2
 
-    # Per-query lengths: every row (b, i) has its own length.
-    lens2 = torch.tensor([[1, 4], [2, 3], [3, 1]])
-    try:
-        got = answer(X, lens2)
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        raise ExerciseFailure(
+    def no_lengths() -> None:
+        got = call(answer, "valid_lens=None", X, None)
+        expect_close(got, _loop_masked_softmax(X, None),
+                     "valid_lens=None (no masking: a plain softmax over the last axis)")
+
+    def one_length_per_query() -> None:
+        # Per-query lengths: every row (b, i) has its own length.
+        lens2 = torch.tensor([[1, 4], [2, 3], [3, 1]])
+        got = call_explained(answer, lambda error: (
             f"2-D valid_lens (per-query lengths, shape (batch, n_queries) = {tuple(lens2.shape)}): your "
             f"function raised {type(error).__name__}: {error}. Query i of example b must use its own "
-            "length valid_lens[b, i]; build the mask from valid_lens[:, :, None] when valid_lens is 2-D."
-        ) from None
-    expected = _loop_masked_softmax(X, lens2)
-    expect(isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(expected.shape),
-           f"2-D valid_lens: expected a tensor of shape {tuple(expected.shape)}, got "
-           f"{tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
-    try:
-        expect_close(got, expected, "2-D valid_lens")
-    except ExerciseFailure as failure:
-        raise ExerciseFailure(
-            f"{failure}\n  Hint: with 2-D valid_lens (per-query lengths, shape (batch, n_queries)) row i of "
-            f"example b keeps keys j < valid_lens[b, i]; here valid_lens = {lens2.tolist()}."
-        ) from None
-    n += 1
+            "length valid_lens[b, i]; build the mask from valid_lens[:, :, None] when valid_lens is 2-D."), X, lens2)
+        expected = _loop_masked_softmax(X, lens2)
+        expect(isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(expected.shape),
+               f"2-D valid_lens: expected a tensor of shape {tuple(expected.shape)}, got "
+               f"{tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
+        with hinted("with 2-D valid_lens (per-query lengths, shape (batch, n_queries)) row i of example b keeps "
+                    f"keys j < valid_lens[b, i]; here valid_lens = {lens2.tolist()}."):
+            expect_close(got, expected, "2-D valid_lens")
 
-    # Fully masked rows: 1-D (a whole example without keys) and 2-D (a single query row).
-    for case, lens_z in (("1-D valid_lens [0, 3, 2]", torch.tensor([0, 3, 2])),
-                         ("2-D valid_lens [[0, 4], [2, 0], [3, 1]]", torch.tensor([[0, 4], [2, 0], [3, 1]]))):
-        got = call(answer, f"fully masked rows, {case}", X, lens_z)
+    def fully_masked(case: tuple[str, torch.Tensor]) -> int:
+        # Fully masked rows: 1-D (a whole example without keys) and 2-D (a single query row).
+        name, lens_z = case
+        got = call(answer, f"fully masked rows, {name}", X, lens_z)
         expected = _loop_masked_softmax(X, lens_z)
         expect(isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(expected.shape),
-               f"fully masked rows, {case}: expected a tensor of shape {tuple(expected.shape)}")
+               f"fully masked rows, {name}: expected a tensor of shape {tuple(expected.shape)}")
         got64 = got.detach().to("cpu", torch.float64)
         empty = expected.sum(-1) == 0  # (batch, n_q) rows with no valid key
         bad = got64[empty]
         expect(not bool(torch.isnan(bad).any()),
-               f"fully masked rows ({case}) must give all-zero weights, but yours contain NaN: softmax of a row "
+               f"fully masked rows ({name}) must give all-zero weights, but yours contain NaN: softmax of a row "
                "that is all -inf is 0/0. Fill with a large finite negative number (torch.finfo(X.dtype).min) "
                "and multiply the weights by the mask, so that these rows become exactly 0.")
         expect(bool((bad == 0).all()),
-               f"fully masked rows ({case}) must give all-zero weights (a query with no valid key attends to "
+               f"fully masked rows ({name}) must give all-zero weights (a query with no valid key attends to "
                f"nothing), got {bad.tolist()}: a finite fill value makes the row uniform; multiply by the mask.")
-        expect_close(got, expected, f"fully masked rows, {case}")
-        n += 2
+        expect_close(got, expected, f"fully masked rows, {name}")
+        return 2
 
-    # Finite gradients through a fully masked row.
-    Xg = X.clone().double().requires_grad_(True)
-    out = call(answer, "backward pass with valid_lens [0, 3, 2]", Xg, torch.tensor([0, 3, 2]))
-    expect(isinstance(out, torch.Tensor) and out.requires_grad,
-           "the output must stay differentiable with respect to X (do not detach or build it from Python floats)")
-    w = torch.randn(out.shape, generator=g, dtype=torch.float64)
-    (out * w).sum().backward()
-    expect(Xg.grad is not None and bool(torch.isfinite(Xg.grad).all()),
-           "the gradient with respect to X is not finite for fully masked rows (valid length 0): the NaN of such a "
-           "row's softmax flows back into X (adding a -inf mask to X passes it on, even when the forward output is "
-           "repaired afterwards); fill with X.masked_fill(~mask, torch.finfo(X.dtype).min) and multiply by the mask")
-    n += 1
+    def finite_gradients() -> None:
+        # Finite gradients through a fully masked row.
+        Xg = X.clone().double().requires_grad_(True)
+        out = call(answer, "backward pass with valid_lens [0, 3, 2]", Xg, torch.tensor([0, 3, 2]))
+        expect(isinstance(out, torch.Tensor) and out.requires_grad,
+               "the output must stay differentiable with respect to X (do not detach or build it from Python "
+               "floats)")
+        w = torch.randn(out.shape, generator=g, dtype=torch.float64)
+        (out * w).sum().backward()
+        expect(Xg.grad is not None and bool(torch.isfinite(Xg.grad).all()),
+               "the gradient with respect to X is not finite for fully masked rows (valid length 0): the NaN of such "
+               "a row's softmax flows back into X (adding a -inf mask to X passes it on, even when the forward "
+               "output is repaired afterwards); fill with X.masked_fill(~mask, torch.finfo(X.dtype).min) and "
+               "multiply by the mask")
 
-    # Large scores: exp(100) overflows float32 unless the row max is subtracted.
-    big = 100.0 * torch.randn(2, 3, 5, generator=g) + 200.0
-    lens_big = torch.tensor([5, 3])
-    expect_close(call(answer, "large scores (~200)", big, lens_big), _loop_masked_softmax(big, lens_big),
-                 "large scores (~200; subtract the row maximum before exp, or use torch.softmax)")
-    n += 1
-    return n
+    def large_scores() -> None:
+        # exp(100) overflows float32 unless the row max is subtracted.
+        big = 100.0 * torch.randn(2, 3, 5, generator=g) + 200.0
+        lens_big = torch.tensor([5, 3])
+        expect_close(call(answer, "large scores (~200)", big, lens_big), _loop_masked_softmax(big, lens_big),
+                     "large scores (~200; subtract the row maximum before exp, or use torch.softmax)")
+
+    masked_rows = [("1-D valid_lens [0, 3, 2]", torch.tensor([0, 3, 2])),
+                   ("2-D valid_lens [[0, 4], [2, 0], [3, 1]]", torch.tensor([[0, 4], [2, 0], [3, 1]]))]
+    return (count_cases([one_length_per_example, no_lengths, one_length_per_query], lambda step: step())
+            + count_cases(masked_rows, fully_masked)
+            + count_cases([finite_gradients, large_scores], lambda step: step()))
 
 
 def _loop_additive(queries: torch.Tensor, keys: torch.Tensor, W_q: torch.Tensor, W_k: torch.Tensor,
