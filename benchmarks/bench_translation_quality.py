@@ -64,7 +64,7 @@ import course_lib as cl
 NUM_HIDDENS, FFN_NUM_HIDDENS, NUM_HEADS, NUM_LAYERS, DROPOUT = 128, 256, 4, 2, 0.1
 # Peak learning rate and warm-up steps of both Transformers, the command line's; the GRU trains best here with
 # a constant rate.
-TRANSFORMER_LR, TRANSFORMER_WARMUP = 1e-3, 200
+TRANSFORMER_LR, TRANSFORMER_WARMUP = 2e-3, 200
 GRU_LR = 5e-3
 BATCH_SIZE = 64
 
