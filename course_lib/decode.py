@@ -89,22 +89,32 @@ def default_max_len(model: nn.Module, src_valid_lens: torch.Tensor) -> int:
     return min(budget, limit) if isinstance(limit, int) else budget
 
 
-def greedy_decode(model: Seq2SeqModel, src: torch.Tensor, src_valid_lens: torch.Tensor, max_len: int,
-                  bos: int = 1, eos: int = 2, use_cache: bool = True) -> list[list[int]]:
-    r"""Pick the most probable next token at every step, for a whole batch at once.
+def greedy_decode(
+    model: Seq2SeqModel,
+    src: torch.Tensor,
+    src_valid_lens: torch.Tensor,
+    max_len: int,
+    bos: int = 1,
+    eos: int = 2,
+    use_cache: bool = True,
+) -> list[list[int]]:
+    r"""Pick the most probable next token at every step, for a whole batch.
 
-    Each sequence stops at its own ``<eos>``; decoding stops when all have (or after ``max_len``
-    tokens). :math:`\hat y_t = \arg\max_y P(y \mid \hat y_{<t}, x)`.
+    Each sequence stops at its own ``<eos>``; decoding stops when all have
+    (or after ``max_len`` tokens).
+    :math:`\hat y_t = \arg\max_y P(y \mid \hat y_{<t}, x)`.
 
     Args:
-        model: a seq2seq model (see :mod:`course_lib.rnn`); put in eval mode while decoding.
+        model: a seq2seq model (see :mod:`course_lib.rnn`); put in eval mode
+            while decoding.
         src: (B, S) source ids.
         src_valid_lens: (B,) source lengths.
         max_len: the most tokens to generate per sequence, ``<eos>`` included.
         bos, eos: the ids of ``<bos>`` and ``<eos>``.
-        use_cache: ``True`` feeds one token per step through ``decode_step`` (incremental);
-            ``False`` reruns the full teacher-forcing forward on the whole prefix every step (the
-            slow reference the cached path must agree with).
+        use_cache: ``True`` feeds one token per step through ``decode_step``
+            (incremental); ``False`` reruns the full teacher-forcing forward
+            on the whole prefix every step (the slow reference the cached
+            path must agree with).
 
     Returns:
         B lists of token ids, without ``<bos>`` and ``<eos>``.
@@ -112,11 +122,13 @@ def greedy_decode(model: Seq2SeqModel, src: torch.Tensor, src_valid_lens: torch.
     src, src_valid_lens = _check_src(model, src, src_valid_lens)
     _check_ids(max_len, bos, eos)
     B = src.shape[0]
+    device = src.device
     with _eval_mode(model):
-        tokens = torch.full((B, 1), bos, dtype=torch.long, device=src.device)
-        finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+        tokens = torch.full((B, 1), bos, dtype=torch.long, device=device)
+        finished = torch.zeros(B, dtype=torch.bool, device=device)
         if use_cache:
-            state = model.init_decoder_state(model.encode(src, src_valid_lens), src_valid_lens)
+            memory = model.encode(src, src_valid_lens)
+            state = model.init_decoder_state(memory, src_valid_lens)
         for _ in range(max_len):
             if use_cache:
                 logits, state = model.decode_step(tokens[:, -1:], state)
@@ -125,7 +137,8 @@ def greedy_decode(model: Seq2SeqModel, src: torch.Tensor, src_valid_lens: torch.
             next_token = logits.argmax(dim=-1)
             # A finished sequence keeps emitting eos; it is cut off below.
             next_token = next_token.masked_fill(finished, eos)
-            tokens = torch.cat([tokens, next_token[:, None]], dim=1)  # (B, t + 1)
+            # (B, t + 1)
+            tokens = torch.cat([tokens, next_token[:, None]], dim=1)
             finished |= next_token == eos
             if bool(finished.all()):
                 break

@@ -175,63 +175,85 @@ def check_attend_mask(mask: object, batch: int, n_queries: int, n_keys: int,
     return mask
 
 
-def masked_softmax(X: torch.Tensor, valid_lens: torch.Tensor | None = None,
-                   mask: torch.Tensor | None = None) -> torch.Tensor:
+def masked_softmax(
+    X: torch.Tensor,
+    valid_lens: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Softmax over the last axis that gives zero weight to masked keys.
 
     Args:
-        X: (batch, n_queries, n_keys) scores (any leading shape when only ``mask`` is used).
-        valid_lens: optional (batch,) or (batch, n_queries) integer lengths: the keys
-            ``j >= valid_lens`` get weight 0 (D2L semantics).
-        mask: optional boolean tensor broadcastable to ``X``, ``True`` = attend (the opposite of
-            ``torch.nn.MultiheadAttention``'s masks; a 2-D (batch, n_keys) mask, the shape of its
-            ``key_padding_mask``, is refused). Combined with ``valid_lens`` by logical and.
+        X: (batch, n_queries, n_keys) scores (any leading shape when only
+            ``mask`` is used).
+        valid_lens: optional (batch,) or (batch, n_queries) integer lengths:
+            the keys ``j >= valid_lens`` get weight 0 (D2L semantics).
+        mask: optional boolean tensor broadcastable to ``X``, ``True`` =
+            attend (the opposite of ``torch.nn.MultiheadAttention``'s masks;
+            a 2-D (batch, n_keys) mask, the shape of its
+            ``key_padding_mask``, is refused). Combined with ``valid_lens``
+            by logical and.
 
     Returns:
-        Weights shaped like ``X``: non-negative, each row sums to 1 over its valid keys, masked
-        keys get exactly 0, and a row with no valid key is all zeros (not NaN).
+        Weights shaped like ``X``: non-negative, each row sums to 1 over its
+        valid keys, masked keys get exactly 0, and a row with no valid key is
+        all zeros (not NaN).
 
     Raises:
-        TypeError: ``X`` is not a floating-point tensor, or ``mask`` is not boolean.
-        ValueError: ``valid_lens`` has the wrong shape or holds negative, non-integer or too large
-            lengths; ``valid_lens`` is given for scores that are not 3-D; ``mask`` does not
-            broadcast to the shape of ``X``.
+        TypeError: ``X`` is not a floating-point tensor, or ``mask`` is not
+            boolean.
+        ValueError: ``valid_lens`` has the wrong shape or holds negative,
+            non-integer or too large lengths; ``valid_lens`` is given for
+            scores that are not 3-D; ``mask`` does not broadcast to the shape
+            of ``X``.
 
     Examples:
         >>> X = torch.zeros(1, 2, 4)
         >>> masked_softmax(X, torch.tensor([3]))
         tensor([[[0.3333, 0.3333, 0.3333, 0.0000],
                  [0.3333, 0.3333, 0.3333, 0.0000]]])
-        >>> masked_softmax(X, mask=torch.tensor([[True, False, False, False], [False] * 4]))
+        >>> mask = torch.tensor([[True, False, False, False], [False] * 4])
+        >>> masked_softmax(X, mask=mask)
         tensor([[[1., 0., 0., 0.],
                  [0., 0., 0., 0.]]])
     """
     check_tensor(X, "X")
     if not X.is_floating_point():
-        raise TypeError(f"X must be a floating-point tensor, got dtype {X.dtype}")
+        raise TypeError(
+            f"X must be a floating-point tensor, got dtype {X.dtype}"
+        )
     if valid_lens is None and mask is None:
         return torch.softmax(X, dim=-1)
     keep = None
     if valid_lens is not None:
-        check_ndim(X, "X", 3, "(batch, n_queries, n_keys) when valid_lens is given")
+        check_ndim(
+            X, "X", 3, "(batch, n_queries, n_keys) when valid_lens is given"
+        )
         keep = _lengths_keep(valid_lens, *X.shape, device=X.device)
     if mask is not None:
         if X.dim() == 3:
-            check_attend_mask(mask, *X.shape)  # refuses a key_padding_mask-like (batch, n_keys) mask
+            # refuses a key_padding_mask-like (batch, n_keys) mask
+            check_attend_mask(mask, *X.shape)
         check_tensor(mask, "mask")
         if mask.dtype != torch.bool:
-            raise TypeError(f"mask must be a bool tensor (True = attend), got dtype {mask.dtype}")
+            raise TypeError(
+                "mask must be a bool tensor (True = attend), "
+                f"got dtype {mask.dtype}"
+            )
         try:
             broadcast = torch.broadcast_shapes(mask.shape, X.shape)
         except RuntimeError:
             broadcast = None
-        # The mask must broadcast *to* X: a mask with extra or longer axes would silently
-        # return weights of a different shape than the scores.
+        # The mask must broadcast *to* X: a mask with extra or longer axes
+        # would silently return weights of a different shape than the scores.
         if broadcast != X.shape:
-            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to X of shape {tuple(X.shape)}")
+            raise ValueError(
+                f"mask of shape {tuple(mask.shape)} does not broadcast "
+                f"to X of shape {tuple(X.shape)}"
+            )
         keep = mask if keep is None else keep & mask
     keep = keep.to(X.device)
-    # The most negative finite value, not -inf: a fully masked row then stays finite (uniform
-    # before the final multiply) instead of giving 0/0 = NaN, in the forward and backward pass.
+    # The most negative finite value, not -inf: a fully masked row then
+    # stays finite (uniform before the final multiply) instead of giving
+    # 0/0 = NaN, in the forward and backward pass.
     scores = X.masked_fill(~keep, torch.finfo(X.dtype).min)
     return torch.softmax(scores, dim=-1) * keep

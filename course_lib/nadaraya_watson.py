@@ -132,18 +132,20 @@ class NWKernelRegression(nn.Module):
         self.w = nn.Parameter(torch.tensor(float(init_w)))
         self.attention_weights: torch.Tensor | None = None
 
-    def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
-                ) -> torch.Tensor:
+    def forward(
+        self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
+    ) -> torch.Tensor:
         """Predict at each query.
 
         Args:
             queries: (n_queries,)
-            keys: (n_keys,) shared by every query, or (n_queries, n_keys) one set per query
-                (used for leave-one-out training).
+            keys: (n_keys,) shared by every query, or (n_queries, n_keys) one
+                set per query (used for leave-one-out training).
             values: same shape as ``keys``.
 
         Returns:
-            (n_queries,); the weights (n_queries, n_keys) are kept in ``.attention_weights``.
+            (n_queries,); the weights (n_queries, n_keys) are kept in
+            ``.attention_weights``.
         """
         check_floating(queries, "queries")
         check_ndim(queries, "queries", 1, "(n_queries,)")
@@ -152,13 +154,16 @@ class NWKernelRegression(nn.Module):
         check_floating(values, "values")
         if values.shape != keys.shape:
             raise ValueError(
-                f"values must have the shape of keys {tuple(keys.shape)}, got {tuple(values.shape)}"
+                f"values must have the shape of keys {tuple(keys.shape)}, "
+                f"got {tuple(values.shape)}"
             )
         if keys.dim() == 1:
-            keys, values = keys.expand(len(queries), -1), values.expand(len(queries), -1)
+            n = len(queries)
+            keys, values = keys.expand(n, -1), values.expand(n, -1)
         else:
             check_same_size(queries, "queries", 0, keys, "keys", 0)
-        weights = torch.softmax(-((queries[:, None] - keys) * self.w).pow(2) / 2, dim=-1)
+        scores = -((queries[:, None] - keys) * self.w).pow(2) / 2
+        weights = torch.softmax(scores, dim=-1)
         self.attention_weights = weights.detach()
         return (weights * values).sum(-1)
 

@@ -99,3 +99,52 @@ def test_every_figure_has_a_caption_and_alt_text(path):
         options = cell.metadata.get("mystnb", {})
         assert options.get("figure", {}).get("caption"), f"{path.name} cell {i}: a figure without a caption"
         assert options.get("image", {}).get("alt"), f"{path.name} cell {i}: a figure without alt text"
+
+
+LITERALINCLUDE = re.compile(
+    r"```\{literalinclude\}\s+(?P<path>\S+)\n(?P<options>(?::[^\n]*\n)*)")
+MAX_CODE_LINE = 79  # book/ruff.toml; a code line this long fits the column at 1280 px
+
+
+def _pyobjects() -> list[tuple[str, str, str, bool]]:
+    """(notebook, file, object, dedent) for every `{literalinclude}` with `:pyobject:`."""
+    found = []
+    for path in NOTEBOOKS:
+        for match in LITERALINCLUDE.finditer(_markdown(nbformat.read(path, as_version=4))):
+            options = dict(re.findall(r":(\w+):[ \t]*([^\n]*)", match["options"]))
+            if "pyobject" in options:
+                found.append((path.name, match["path"], options["pyobject"].strip(),
+                              "dedent" in options))
+    return found
+
+
+def test_pyobject_includes_are_found():
+    assert len(_pyobjects()) >= 4
+
+
+@pytest.mark.parametrize("notebook,file,name,dedent", _pyobjects(),
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_included_library_code_fits_the_column(notebook, file, name, dedent):
+    """Library code shown in the book with `:pyobject:` has no line over 79 characters.
+
+    Sphinx shows the object's lines as they are in the file (a method keeps its class's indentation
+    unless the directive says `:dedent:`), so the lines are measured the way the page shows them.
+    """
+    import ast
+    import textwrap
+
+    source = (BOOK / file).resolve()
+    assert source.is_file(), f"{notebook}: {file} does not exist"
+    text = source.read_text()
+    node: ast.AST = ast.parse(text)
+    for part in name.split("."):
+        node = next((n for n in ast.iter_child_nodes(node)
+                     if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                     and n.name == part), None)
+        assert node is not None, f"{notebook}: {name} is not in {file}"
+    lines = text.splitlines()[node.lineno - 1:node.end_lineno]
+    shown = textwrap.dedent("\n".join(lines)).splitlines() if dedent else lines
+    too_long = [f"  {len(line)}: {line.strip()[:60]}" for line in shown if len(line) > MAX_CODE_LINE]
+    assert not too_long, (f"{notebook} shows {name} from {file} with lines over {MAX_CODE_LINE} "
+                          "characters (rewrap them, or add :dedent: for a method):\n"
+                          + "\n".join(too_long))

@@ -126,67 +126,112 @@ def _merge_groups(groups: list[tuple[_Place, torch.Tensor, torch.Tensor, torch.T
     return out / total.clamp_min(torch.finfo(total.dtype).tiny).unsqueeze(-1)
 
 
-def strided_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, stride: int,
-                      causal: bool = True, valid_lens: torch.Tensor | None = None,
-                      key_mask: torch.Tensor | None = None, dropout_p: float = 0.0) -> torch.Tensor:
-    r"""Scaled dot-product self-attention inside the strided pattern, in O(n (stride + n / stride)) memory.
+def strided_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    stride: int,
+    causal: bool = True,
+    valid_lens: torch.Tensor | None = None,
+    key_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    r"""Scaled dot-product self-attention inside the strided pattern.
 
-    Equal to :func:`dense_attention` with ``mask = strided_pattern(n, stride, causal)`` (and the
-    padding), without the n x n matrix. Query ``i = b * stride + r`` (block ``b``, offset ``r``)
-    scores disjoint groups of keys, each dense in the block layout:
+    Memory O(n (stride + n / stride)). Equal to :func:`dense_attention` with
+    ``mask = strided_pattern(n, stride, causal)`` (and the padding), without
+    the n x n matrix. Query ``i = b * stride + r`` (block ``b``, offset
+    ``r``) scores disjoint groups of keys, each dense in the block layout:
 
-    - its own block ``b`` and the previous block ``b - 1`` (and the next one, ``b + 1``, when not
-      causal), masked to the band :math:`0 \le i - j < \ell` (:math:`|i - j| < \ell`): one
+    - its own block ``b`` and the previous block ``b - 1`` (and the next
+      one, ``b + 1``, when not causal), masked to the band
+      :math:`0 \le i - j < \ell` (:math:`|i - j| < \ell`): one
       (stride, stride) score block per pair of neighbouring blocks;
-    - the column :math:`j = b' \ell + r` with :math:`b' < b` (:math:`b' \ne b`): transposing the
-      block layout to (stride, nb, d) gives, for every offset ``r``, an (nb, nb) score matrix.
+    - the column :math:`j = b' \ell + r` with :math:`b' < b`
+      (:math:`b' \ne b`): transposing the block layout to (stride, nb, d)
+      gives, for every offset ``r``, an (nb, nb) score matrix.
 
-    The softmax over the union is assembled from the groups (see ``_merge_groups``).
+    The softmax over the union is assembled from the groups (see
+    ``_merge_groups``).
 
     Args:
         queries: (B, n, d) or (B, H, n, d)
         keys: same shape as ``queries``
         values: (B, n, d_v) or (B, H, n, d_v)
-        stride: :math:`\ell \ge 1`; :func:`default_stride` gives :math:`\lceil\sqrt n\,\rceil`.
+        stride: :math:`\ell \ge 1`; :func:`default_stride` gives
+            :math:`\lceil\sqrt n\,\rceil`.
         causal: the causal pattern (``j <= i``).
-        valid_lens: optional (B,) or (B, n) integer lengths: keys ``j >= valid_lens`` are ignored.
+        valid_lens: optional (B,) or (B, n) integer lengths: keys
+            ``j >= valid_lens`` are ignored.
         key_mask: optional (B, n) bool, ``False`` at keys to ignore (padding).
-        dropout_p: dropout on the attention weights (applied when > 0; pass 0 in evaluation).
+        dropout_p: dropout on the attention weights (applied when > 0; pass 0
+            in evaluation).
 
     Returns:
-        Shaped like ``values`` with n positions; a query with no allowed key gets the zero vector.
+        Shaped like ``values`` with n positions; a query with no allowed key
+        gets the zero vector.
     """
-    q, k, v, valid, lens_q, squeeze = _prepare(queries, keys, values, stride, causal, valid_lens, key_mask,
-                                               dropout_p)
+    q, k, v, valid, lens_q, squeeze = _prepare(
+        queries, keys, values, stride, causal, valid_lens, key_mask, dropout_p
+    )
     n, d, dev = q.shape[2], q.shape[3], q.device
     ell = int(stride)
-    qb = _blocks(q / math.sqrt(d), ell)  # (B, H, nb, l, d): position b * l + r sits at [b, r]
+    # (B, H, nb, l, d): position b * l + r sits at [b, r]
+    qb = _blocks(q / math.sqrt(d), ell)
     kb, vb, validb = _blocks(k, ell), _blocks(v, ell), _blocks(valid, ell)
-    key_ok = validb.transpose(-2, -1)  # (B', 1, nb, 1, l): key s of block b is a real, unpadded position
-    blk, r = torch.arange(qb.shape[2], device=dev), torch.arange(ell, device=dev)
+    # (B', 1, nb, 1, l): key s of block b is a real, unpadded position
+    key_ok = validb.transpose(-2, -1)
+    blk = torch.arange(qb.shape[2], device=dev)
+    r = torch.arange(ell, device=dev)
 
-    # Query offset r of block b against key offset s of block b': i - j = (b - b') l + r - s.
-    own = r[None, :] <= r[:, None] if causal else torch.ones(ell, ell, dtype=torch.bool, device=dev)
-    groups = [("own", qb @ kb.transpose(-2, -1), own & key_ok, vb),  # (B, H, nb, l, l)
-              ("prev", qb[:, :, 1:] @ kb[:, :, :-1].transpose(-2, -1),  # (B, H, nb - 1, l, l)
-               (r[None, :] > r[:, None]) & key_ok[:, :, :-1], vb[:, :, :-1])]
+    # Query offset r of block b against key offset s of block b':
+    # i - j = (b - b') l + r - s.
+    if causal:
+        own = r[None, :] <= r[:, None]
+    else:
+        own = torch.ones(ell, ell, dtype=torch.bool, device=dev)
+    kt = kb.transpose(-2, -1)
+    groups = [
+        ("own", qb @ kt, own & key_ok, vb),  # (B, H, nb, l, l)
+        ("prev", qb[:, :, 1:] @ kt[:, :, :-1],  # (B, H, nb - 1, l, l)
+         (r[None, :] > r[:, None]) & key_ok[:, :, :-1], vb[:, :, :-1]),
+    ]
     if not causal:
-        groups.append(("next", qb[:, :, :-1] @ kb[:, :, 1:].transpose(-2, -1),  # (B, H, nb - 1, l, l)
-                       (r[None, :] < r[:, None]) & key_ok[:, :, 1:], vb[:, :, 1:]))
-    # Column: offset r of the other blocks; with the block axes transposed, (B, H, l, nb, d).
-    column = blk[None, :] < blk[:, None] if causal else blk[None, :] != blk[:, None]  # (nb query, nb key)
-    column_ok = validb[..., 0].transpose(2, 3).unsqueeze(3)  # (B', 1, l, 1, nb)
-    groups.append(("column", qb.transpose(2, 3) @ kb.transpose(2, 3).transpose(-2, -1),  # (B, H, l, nb, nb)
-                   column & column_ok, vb.transpose(2, 3)))
+        groups.append(
+            ("next", qb[:, :, :-1] @ kt[:, :, 1:],  # (B, H, nb - 1, l, l)
+             (r[None, :] < r[:, None]) & key_ok[:, :, 1:], vb[:, :, 1:])
+        )
+    # Column: offset r of the other blocks; with the block axes transposed,
+    # (B, H, l, nb, d).
+    if causal:  # (nb query, nb key)
+        column = blk[None, :] < blk[:, None]
+    else:
+        column = blk[None, :] != blk[:, None]
+    # (B', 1, l, 1, nb)
+    column_ok = validb[..., 0].transpose(2, 3).unsqueeze(3)
+    qc, kc = qb.transpose(2, 3), kb.transpose(2, 3)
+    groups.append(
+        ("column", qc @ kc.transpose(-2, -1),  # (B, H, l, nb, nb)
+         column & column_ok, vb.transpose(2, 3))
+    )
 
-    if lens_q is not None:  # per-query lengths: key j must also satisfy j < valid_lens[b, i]
+    if lens_q is not None:
+        # per-query lengths: key j must also satisfy j < valid_lens[b, i]
         lens = _query_lengths(lens_q, ell)  # (B, 1, nb, l, 1)
-        key_pos = {"own": blk[:, None, None] * ell + r, "prev": (blk[1:, None, None] - 1) * ell + r,
-                   "next": (blk[:-1, None, None] + 1) * ell + r, "column": blk * ell + r[:, None, None]}
-        groups = [(place, s, keep & (key_pos[place] < _from_common(lens, place)), vals)
-                  for place, s, keep, vals in groups]
+        key_pos = {
+            "own": blk[:, None, None] * ell + r,
+            "prev": (blk[1:, None, None] - 1) * ell + r,
+            "next": (blk[:-1, None, None] + 1) * ell + r,
+            "column": blk * ell + r[:, None, None],
+        }
+        groups = [
+            (place, s,
+             keep & (key_pos[place] < _from_common(lens, place)), vals)
+            for place, s, keep, vals in groups
+        ]
 
-    out = _merge_groups(groups, dropout_p).flatten(2, 3)[:, :, :n]  # (B, H, n, d_v)
+    out = _merge_groups(groups, dropout_p)
+    out = out.flatten(2, 3)[:, :, :n]  # (B, H, n, d_v)
     return out.squeeze(1) if squeeze else out
 
 
