@@ -148,3 +148,31 @@ def test_included_library_code_fits_the_column(notebook, file, name, dedent):
     assert not too_long, (f"{notebook} shows {name} from {file} with lines over {MAX_CODE_LINE} "
                           "characters (rewrap them, or add :dedent: for a method):\n"
                           + "\n".join(too_long))
+
+
+MAX_OUTPUT_LINE = 78  # an output line this long fits the column at 1280 px (book/_static)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_outputs_fit_the_column(path):
+    """No printed line of a stored output is longer than 78 characters.
+
+    The browser test measures the built pages; this catches the same overflow in the notebooks as
+    they are stored, without a build: split a long report over lines, wrap a message with
+    `textwrap.fill(text, 78)`.
+    """
+    too_long = []
+    for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        for output in cell.get("outputs", []):
+            if output.output_type == "stream":
+                text = output.text
+            elif output.output_type in ("execute_result", "display_data"):
+                if {"text/html", "image/png", "image/svg+xml"} & set(output.data):
+                    continue  # shown as HTML or an image, not as text
+                text = output.data.get("text/plain", "")
+            else:
+                continue
+            too_long += [f"  cell {index}: {len(line)} chars: {line[:60]}"
+                         for line in text.splitlines() if len(line) > MAX_OUTPUT_LINE]
+    assert not too_long, (f"{path.name}: output lines over {MAX_OUTPUT_LINE} characters:\n"
+                          + "\n".join(too_long))
