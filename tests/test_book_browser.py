@@ -399,11 +399,10 @@ def report(server):
     return {"pages": pages, "failures": failures}
 
 
-# Still failing on today's pages (issue 7 stays open until they pass): 92 code blocks and printed outputs
-# wider than the column, and 5 figures with 8-pt text. Strict: the day they pass, the xfail itself fails
-# and must be removed, so these checks cannot silently stay switched off.
+# Still failing on today's pages (issue 7 stays open until they pass): 5 figures with 8-pt text. Strict:
+# the day they pass, the xfail itself fails and must be removed, so these checks cannot silently stay
+# switched off.
 KNOWN_FAILING = {
-    "too_wide": "92 code blocks/outputs wider than the column at 1280 px (issue 7 open)",
     "figures": "5 figures with text under 9 px (explicit 8-pt font sizes; issue 7 open)",
 }
 
