@@ -183,13 +183,7 @@ def estimate_text_px(png: bytes) -> float | None:
               and 0.1 <= area / ((x1 - x0) * (y1 - y0)) <= 0.95]
     if not glyphs:
         return None
-    parent = list(range(len(glyphs)))
-
-    def find(i):
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
+    find, parent = _disjoint_sets(len(glyphs))
 
     by_x = sorted(range(len(glyphs)), key=lambda i: glyphs[i][0])
     for pos, a in enumerate(by_x):
@@ -211,6 +205,19 @@ def estimate_text_px(png: bytes) -> float | None:
     return float(np.percentile(sizes, 50))
 
 
+def _disjoint_sets(n: int):
+    """Union-find over 0..n-1: ``(find, parent)``; join two sets with ``parent[find(a)] = find(b)``."""
+    parent = list(range(n))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]  # path halving
+            i = parent[i]
+        return i
+
+    return find, parent
+
+
 def _components(mask: np.ndarray) -> list[tuple[int, int, int, int, int]]:
     """Bounding boxes (x0, y0, x1, y1, area) of the 8-connected components of a boolean image."""
     rows, cols = mask.shape
@@ -228,13 +235,7 @@ def _components(mask: np.ndarray) -> list[tuple[int, int, int, int, int]]:
             ids.append(len(runs))
             runs.append((y, s, e))
         row_runs.append(ids)
-    parent = list(range(len(runs)))
-
-    def find(i):
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
+    find, parent = _disjoint_sets(len(runs))
 
     for y in range(1, rows):
         above, here = row_runs[y - 1], row_runs[y]
