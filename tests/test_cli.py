@@ -100,6 +100,7 @@ def _one_line_error(capsys, argv, exit_code=None):
         (["translate"], "--checkpoint"),
         (["fly"], "invalid choice: 'fly'"),
         (["train", "--task", "dates", "--seed", "-3"], "--seed"),
+        (["train", "--task", "dates", "--label-smoothing", "1"], "--label-smoothing: must be in [0, 1)"),
     ],
 )
 def test_bad_arguments_are_one_line_usage_errors(capsys, argv, match):
