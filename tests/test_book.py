@@ -176,3 +176,34 @@ def test_stored_outputs_fit_the_column(path):
                          for line in text.splitlines() if len(line) > MAX_OUTPUT_LINE]
     assert not too_long, (f"{path.name}: output lines over {MAX_OUTPUT_LINE} characters:\n"
                           + "\n".join(too_long))
+
+
+# The browser test estimates figure text from pixels, which resolves whole pixels of glyph height
+# (about one point): it catches small text, not 8 pt against 9. So the sizes are also checked where
+# they are set: the book's style (course_lib.plotting.BOOK_STYLE) and every explicit size in a cell.
+_FONT_SIZE = re.compile(r"\b(?:fontsize|labelsize|size)\s*=\s*(\d+(?:\.\d+)?)\b|set_fontsize\(\s*(\d+(?:\.\d+)?)")
+_FONT_CONTEXT = re.compile(r"fontsize|labelsize|set_fontsize|legend|text\(|annotate|tick_params|title|label")
+MIN_FIGURE_PT = 9
+
+
+def test_the_book_style_sets_no_text_under_9_pt():
+    from course_lib.plotting import BOOK_STYLE
+
+    sizes = {k: v for k, v in BOOK_STYLE.items() if k.endswith("size") and k != "figure.figsize"}
+    assert sizes and min(sizes.values()) >= MIN_FIGURE_PT, sizes
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_cell_sets_figure_text_under_9_pt(path):
+    small = []
+    for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        if cell.cell_type != "code":
+            continue
+        for line in cell.source.splitlines():
+            if not _FONT_CONTEXT.search(line):
+                continue
+            for match in _FONT_SIZE.finditer(line):
+                value = float(match.group(1) or match.group(2))
+                if value < MIN_FIGURE_PT:
+                    small.append(f"cell {i}: {line.strip()}")
+    assert not small, f"{path.name}: figure text under {MIN_FIGURE_PT} pt:\n  " + "\n  ".join(small)

@@ -169,9 +169,13 @@ def estimate_text_px(png: bytes) -> float | None:
     Dark grey pixels (matplotlib's text colour) are grouped into connected components; glyph-sized
     ones that overlap vertically and nearly touch are chained into words. A word's height from its
     baseline (the median bottom of its glyphs, so descenders do not count) to its highest top is
-    about 0.72 of the font size (digits, capitals, ascenders). Every glyph takes its word's
-    estimate and the figure's is their median: the size of most of its text (tick labels dominate),
-    robust to words without ascenders and to stray marks. None when no text is found.
+    about 0.72 of the font size (digits, capitals, ascenders); words on one baseline form a line,
+    whose tallest glyph sets the size of all its words (a word without ascenders is not read small).
+    A lone glyph counts only when it lines up with two others (tick labels), so the dashes of a
+    dashed curve do not. Every glyph takes its line's estimate and the figure's is their median: the
+    size of most of its text. None when no text is found. The resolution is one pixel of glyph
+    height (about 1.4 px of font size): it catches text of 6 pt and less, while 8 pt against 9 is
+    left to tests/test_book.py, which checks the sizes where they are set.
     """
     from PIL import Image
 
@@ -198,11 +202,34 @@ def estimate_text_px(png: bytes) -> float | None:
     words = defaultdict(list)
     for i, g in enumerate(glyphs):
         words[find(i)].append(g)
+    # A one-glyph "word" is a tick label only when it lines up with two others of its height: a row
+    # (same top, x-axis labels) or a column (same right edge, y-axis labels). Alone it is more likely
+    # a mark of the plot, such as one dash of a dashed curve, which says nothing about the text.
+    singles = [w[0] for w in words.values() if len(w) == 1]
+
+    def lined_up(g) -> bool:
+        same_height = [h for h in singles if h is not g and abs((h[3] - h[1]) - (g[3] - g[1])) <= 1]
+        return (sum(abs(h[1] - g[1]) <= 1 for h in same_height) >= 2
+                or sum(abs(h[2] - g[2]) <= 1 for h in same_height) >= 2)
+
+    # Words on one baseline, close together, are one line of text: the line's tallest glyph (a
+    # capital, an ascender) sets the size, so that a word without one ("sine") is not read small.
+    kept = [w for w in words.values() if len(w) > 1 or lined_up(w[0])]
+    spans = [(float(np.median([g[3] for g in w])), min(g[0] for g in w), max(g[2] for g in w),
+              min(g[1] for g in w)) for w in kept]
+    line_of, _ = _disjoint_sets(len(kept))
+    for a, (base_a, x0_a, x1_a, top_a) in enumerate(spans):
+        for b, (base_b, x0_b, x1_b, top_b) in enumerate(spans[:a]):
+            gap = max(x0_a, x0_b) - min(x1_a, x1_b)
+            if abs(base_a - base_b) <= 1 and gap <= 1.5 * max(base_a - top_a, base_b - top_b):
+                _[line_of(a)] = line_of(b)
+    tops: dict[int, float] = {}
+    for i, (_base, _x0, _x1, top) in enumerate(spans):
+        tops[line_of(i)] = min(tops.get(line_of(i), top), top)
     sizes = []
-    for word in words.values():
-        baseline = float(np.median([y1 for _, _, _, y1 in word]))
-        sizes += [(baseline - min(y0 for _, y0, _, _ in word)) / 0.72] * len(word)
-    return float(np.percentile(sizes, 50))
+    for i, word in enumerate(kept):
+        sizes += [(spans[i][0] - tops[line_of(i)]) / 0.72] * len(word)
+    return float(np.percentile(sizes, 50)) if sizes else None
 
 
 def _disjoint_sets(n: int):
@@ -403,9 +430,7 @@ def report(server):
 # Still failing on today's pages (issue 7 stays open until they pass): 5 figures with 8-pt text. Strict:
 # the day they pass, the xfail itself fails and must be removed, so these checks cannot silently stay
 # switched off.
-KNOWN_FAILING = {
-    "figures": "5 figures with text under 9 px (explicit 8-pt font sizes; issue 7 open)",
-}
+KNOWN_FAILING: dict[str, str] = {}  # check -> reason, for a strict xfail while an issue is open
 
 
 @pytest.mark.parametrize("check", [
