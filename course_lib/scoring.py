@@ -90,7 +90,7 @@ def additive_scores(queries: torch.Tensor, keys: torch.Tensor, W_q: torch.Tensor
     Args:
         queries: (batch, n_queries, d_q)
         keys: (batch, n_keys, d_k)
-        W_q: (h, d_q);  W_k: (h, d_k);  w_v: (h,)
+        W_q: (h_a, d_q);  W_k: (h_a, d_k);  w_v: (h_a,), with h_a the hidden size
 
     Returns:
         (batch, n_queries, n_keys)
@@ -98,18 +98,18 @@ def additive_scores(queries: torch.Tensor, keys: torch.Tensor, W_q: torch.Tensor
     _check_3d_qkv(queries, keys, None, same_dim=False)
     for name, t in (("W_q", W_q), ("W_k", W_k), ("w_v", w_v)):
         check_floating(t, name)
-    h = w_v.shape[0] if w_v.dim() == 1 else -1
-    expected = {"W_q": (h, queries.shape[-1]), "W_k": (h, keys.shape[-1]), "w_v": (h,)}
+    h_a = w_v.shape[0] if w_v.dim() == 1 else -1
+    expected = {"W_q": (h_a, queries.shape[-1]), "W_k": (h_a, keys.shape[-1]), "w_v": (h_a,)}
     for name, t in (("w_v", w_v), ("W_q", W_q), ("W_k", W_k)):
         if tuple(t.shape) != expected[name]:
             raise ValueError(
-                f"additive_scores needs w_v: (h,), W_q: (h, d_q), W_k: (h, d_k) for queries of shape "
+                f"additive_scores needs w_v: (h_a,), W_q: (h_a, d_q), W_k: (h_a, d_k) for queries of shape "
                 f"{tuple(queries.shape)} and keys of shape {tuple(keys.shape)}; got w_v "
                 f"{tuple(w_v.shape)}, W_q {tuple(W_q.shape)}, W_k {tuple(W_k.shape)}"
             )
-    q = queries @ W_q.T  # (batch, n_queries, h)
-    k = keys @ W_k.T  # (batch, n_keys, h)
-    # Broadcast every query against every key: (batch, n_queries, n_keys, h).
+    q = queries @ W_q.T  # (batch, n_queries, h_a)
+    k = keys @ W_k.T  # (batch, n_keys, h_a)
+    # Broadcast every query against every key: (batch, n_queries, n_keys, h_a).
     features = torch.tanh(q.unsqueeze(2) + k.unsqueeze(1))
     return features @ w_v
 
@@ -226,7 +226,7 @@ class AdditiveAttention(_ScoredAttention):
     projections are ``nn.LazyLinear`` and take their input size from the first call (as in D2L).
 
     Args:
-        hidden_size: h, the size of the hidden layer (``num_hiddens`` in D2L; here that name is kept for
+        hidden_size: h_a, the size of the hidden layer (``num_hiddens`` in D2L; here that name is kept for
             the model width d).
         dropout: dropout rate on the attention weights.
         query_size, key_size: d_q and d_k, when known up front.

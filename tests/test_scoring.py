@@ -414,7 +414,7 @@ def test_bad_weight_matrices_are_rejected():
     q, k = _randn(2, 3, 4), _randn(2, 5, 6)
     with pytest.raises(ValueError, match=r"W must have shape \(d_q, d_k\) = \(4, 6\).*got \(6, 4\)"):
         bilinear_scores(q, k, _randn(6, 4))
-    with pytest.raises(ValueError, match=r"W_q: \(h, d_q\).*got w_v \(7,\), W_q \(7, 5\), W_k \(7, 6\)"):
+    with pytest.raises(ValueError, match=r"W_q: \(h_a, d_q\).*got w_v \(7,\), W_q \(7, 5\), W_k \(7, 6\)"):
         additive_scores(q, k, _randn(7, 5), _randn(7, 6), _randn(7))
     with pytest.raises(ValueError, match=r"got w_v \(7, 1\)"):
         additive_scores(q, k, _randn(7, 4), _randn(7, 6), _randn(7, 1))
