@@ -217,12 +217,12 @@ def estimate_text_px(png: bytes) -> float | None:
     kept = [w for w in words.values() if len(w) > 1 or lined_up(w[0])]
     spans = [(float(np.median([g[3] for g in w])), min(g[0] for g in w), max(g[2] for g in w),
               min(g[1] for g in w)) for w in kept]
-    line_of, _ = _disjoint_sets(len(kept))
+    line_of, line_parent = _disjoint_sets(len(kept))
     for a, (base_a, x0_a, x1_a, top_a) in enumerate(spans):
         for b, (base_b, x0_b, x1_b, top_b) in enumerate(spans[:a]):
             gap = max(x0_a, x0_b) - min(x1_a, x1_b)
             if abs(base_a - base_b) <= 1 and gap <= 1.5 * max(base_a - top_a, base_b - top_b):
-                _[line_of(a)] = line_of(b)
+                line_parent[line_of(a)] = line_of(b)
     tops: dict[int, float] = {}
     for i, (_base, _x0, _x1, top) in enumerate(spans):
         tops[line_of(i)] = min(tops.get(line_of(i), top), top)
@@ -427,9 +427,8 @@ def report(server):
     return {"pages": pages, "failures": failures}
 
 
-# Still failing on today's pages (issue 7 stays open until they pass): 5 figures with 8-pt text. Strict:
-# the day they pass, the xfail itself fails and must be removed, so these checks cannot silently stay
-# switched off.
+# Checks known to fail on today's pages while an issue about them is open (none now). Strict: the day
+# they pass, the xfail itself fails and must be removed, so a check cannot silently stay switched off.
 KNOWN_FAILING: dict[str, str] = {}  # check -> reason, for a strict xfail while an issue is open
 
 
