@@ -6,6 +6,7 @@ One module per chapter concept; everything a notebook uses is importable from he
 # Chapters 4-8: multi-head attention, positions, the Transformer, the RNN baseline, training and decoding.
 from . import data, diagrams, sparse
 from .attention import attention_pool, parameter_free_self_attention, softmax_attention
+from .attention_kernels import AttentionKernel, attend, explicit_kernel, fused_kernel, keep_mask
 from .checkpoint import FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
 from .data import (
     DataNotFoundError,
@@ -25,9 +26,21 @@ from .kernels import (
     get_kernel,
     triangular_kernel,
 )
-from .masking import causal_mask, lengths_to_mask, masked_softmax, sequence_mask, valid_lens_to_mask
+from .masking import (
+    MaskMod,
+    causal_mask,
+    causal_mod,
+    lengths_to_mask,
+    masked_softmax,
+    padding_mask,
+    padding_mod,
+    sequence_mask,
+    sliding_window_mod,
+    softmax_with_keep,
+    valid_lens_to_mask,
+)
 from .metrics import bleu, corpus_bleu, detokenized_bleu, exact_match
-from .multihead import KVCache, MultiHeadAttention, store_attention_weights
+from .multihead import KVCache, MultiHeadAttention
 from .nadaraya_watson import (
     NWKernelRegression,
     fit_nw_kernel_regression,
@@ -45,6 +58,7 @@ from .plotting import (
 )
 from .positional import LearnedPositionalEmbedding, PositionalEncoding, sinusoidal_table
 from .progress import progress, progress_mode
+from .recording import AttentionModule, attention_modules, recording_attention, store_attention_weights
 from .rnn import (
     BahdanauDecoder,
     BahdanauSeq2Seq,
@@ -66,6 +80,7 @@ from .scoring import (
 )
 from .seq2seq import Seq2SeqModel
 from .sparse import (
+    SparseKernel,
     SparseMultiHeadAttention,
     default_stride,
     dense_attention,
@@ -113,12 +128,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AddNorm",
-    "BOOK_STYLE",
-    "COLUMN_WIDTH",
     "AdditiveAttention",
+    "AttentionKernel",
+    "AttentionModule",
+    "BOOK_STYLE",
     "BahdanauDecoder",
     "BahdanauSeq2Seq",
     "BilinearAttention",
+    "COLUMN_WIDTH",
     "CheckpointError",
     "CosineAttention",
     "DataNotFoundError",
@@ -127,6 +144,7 @@ __all__ = [
     "KERNELS",
     "KVCache",
     "LearnedPositionalEmbedding",
+    "MaskMod",
     "MultiHeadAttention",
     "NWKernelRegression",
     "PositionWiseFFN",
@@ -138,6 +156,7 @@ __all__ = [
     "Seq2SeqModel",
     "Seq2SeqRNN",
     "Seq2SeqRNNConfig",
+    "SparseKernel",
     "SparseMultiHeadAttention",
     "SubwordTokenizer",
     "TrainHistory",
@@ -150,36 +169,42 @@ __all__ = [
     "TransformerEncoderBlock",
     "Vocab",
     "additive_scores",
+    "attend",
+    "attention_modules",
     "attention_pool",
     "beam_search",
     "bilinear_scores",
-    "by_device",
     "bleu",
     "boxcar_kernel",
+    "by_device",
     "causal_mask",
+    "causal_mod",
     "corpus_bleu",
     "cosine_scores",
     "data",
     "decode_batch",
     "default_max_len",
     "default_stride",
-    "detokenized_bleu",
     "dense_attention",
+    "detokenized_bleu",
     "diagrams",
     "dot_product_scores",
     "epanechnikov_kernel",
     "evaluate",
     "evaluate_loss",
     "exact_match",
+    "explicit_kernel",
     "fit_nw_kernel_regression",
     "fixed_attention",
     "fixed_pattern",
     "fused_attention",
+    "fused_kernel",
     "gaussian_kernel",
     "get_kernel",
     "global_state_preserved",
     "glue",
     "greedy_decode",
+    "keep_mask",
     "leave_one_out",
     "lengths_to_mask",
     "load_checkpoint",
@@ -191,6 +216,8 @@ __all__ = [
     "model_device",
     "nadaraya_watson",
     "num_parameters",
+    "padding_mask",
+    "padding_mod",
     "parameter_free_self_attention",
     "peak_memory",
     "plot_curves",
@@ -200,6 +227,7 @@ __all__ = [
     "predict_split",
     "progress",
     "progress_mode",
+    "recording_attention",
     "save_checkpoint",
     "seeded",
     "sequence_log_prob",
@@ -207,7 +235,9 @@ __all__ = [
     "set_seed",
     "show_heatmaps",
     "sinusoidal_table",
+    "sliding_window_mod",
     "softmax_attention",
+    "softmax_with_keep",
     "sparse",
     "store_attention_weights",
     "strided_attention",

@@ -92,6 +92,14 @@ def check_probability(value: float, name: str) -> float:
     return float(value)
 
 
+def check_summary_cells(c: object, stride: int) -> int:
+    """Raise unless ``1 <= c <= stride`` (the summary cells per block of chapter 9's fixed pattern)."""
+    check_positive_int(c, "c")
+    if c > stride:
+        raise ValueError(f"c (the number of summary cells per block) must be at most stride = {stride}, got c = {c}")
+    return int(c)
+
+
 def check_bool(value: object, name: str) -> bool:
     """Raise ``TypeError`` unless ``value`` is a ``bool`` (a flag; 0/1 are refused)."""
     if not isinstance(value, bool):
@@ -170,9 +178,11 @@ def check_pad_id(pad_id: object, *vocab_sizes: int) -> int:
     return pad_id
 
 
-def check_batch_index(index: object, batch_size: int, device: torch.device | str | None = None,
+def check_batch_index(index: object, batch_size: int | None, device: torch.device | str | None = None,
                       name: str = "index") -> torch.Tensor:
     """Validate (B',) integer row indices into a batch of ``batch_size`` (beam search's reordering).
+
+    ``batch_size=None`` checks the type and shape only (an empty cache has no batch yet).
 
     Returns:
         ``index`` as int64 on ``device``.
@@ -181,7 +191,106 @@ def check_batch_index(index: object, batch_size: int, device: torch.device | str
     check_ndim(index, name, 1, "(batch',)")
     if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
         raise TypeError(f"{name} must be an integer tensor, got dtype {index.dtype}")
-    if index.numel() and (int(index.min()) < 0 or int(index.max()) >= batch_size):
+    if batch_size is not None and index.numel() and (int(index.min()) < 0 or int(index.max()) >= batch_size):
         raise ValueError(f"{name} must lie in [0, {batch_size}) for a batch of {batch_size}, got values in "
                          f"[{int(index.min())}, {int(index.max())}]")
     return index.to(device=device if device is not None else index.device, dtype=torch.long)
+
+
+def check_qkv(queries: object, keys: object, values: object | None, *,
+              layout: str | dict[str, str] = "(..., n, d)", ndim: int | None = None, size: int | None = None,
+              dtype: torch.dtype | None = None, same_size: bool = True) -> None:
+    """The one check of an attention call's queries, keys and values.
+
+    Each must be a floating-point tensor of at least two axes (exactly ``ndim`` when given), all of one
+    dtype (``dtype``, a module's parameters', when given); keys and values agree in every axis but the
+    last; queries and keys agree in the last axis (``same_size``), and every last axis is ``size`` when
+    given. The leading axes of the queries and the keys must be equal (``ndim`` given: a module's
+    fixed layout) or broadcast, except the head axis of 4-D inputs, where the keys may have fewer heads
+    that divide the queries' (grouped-query attention).
+
+    Args:
+        queries, keys, values: the tensors, named so in the messages (``values`` may be ``None``
+            when only scores are computed).
+        layout: the axes, quoted in the messages: one string, or one per name
+            (``{"queries": "(batch, n_queries, d_q)", ...}``).
+        ndim: the exact number of axes, or ``None`` for two or more.
+        size: the size every last axis must have, or ``None``.
+        dtype: the dtype every tensor must have, or ``None`` for the queries'.
+        same_size: require ``queries.shape[-1] == keys.shape[-1]`` (dot-product scores).
+    """
+    named = [("queries", queries), ("keys", keys)] + ([("values", values)] if values is not None else [])
+    for name, t in named:
+        check_features(t, name, layout=layout[name] if isinstance(layout, dict) else layout, ndim=ndim, size=size)
+    for name, t in named:
+        if dtype is not None and t.dtype != dtype:
+            raise TypeError(f"{name} has dtype {t.dtype} but the module's parameters have dtype {dtype}; convert "
+                            f"one of them (e.g. module.to(dtype))")
+        if dtype is None and t.dtype != queries.dtype:
+            raise TypeError(f"queries and {name} must share a dtype, got {queries.dtype} and {t.dtype}")
+    if values is not None:
+        for axis in range(keys.dim() - 1):
+            check_same_size(keys, "keys", axis, values, "values", axis)
+    if same_size:
+        check_same_size(queries, "queries", -1, keys, "keys", -1)
+    heads = queries.dim() == keys.dim() == 4 and queries.shape[1] != keys.shape[1]
+    if heads and (keys.shape[1] == 0 or queries.shape[1] % keys.shape[1]):
+        raise ValueError(f"the keys' heads must divide the queries' heads (grouped-query attention), got "
+                         f"queries {tuple(queries.shape)} and keys {tuple(keys.shape)}")
+    if queries.dim() != keys.dim():
+        raise ValueError(f"queries and keys must have the same number of axes, got queries {tuple(queries.shape)} "
+                         f"and keys {tuple(keys.shape)}")
+    for axis in range(queries.dim() - 2):
+        a, b = queries.shape[axis], keys.shape[axis]
+        if a != b and not (heads and axis == 1) and (ndim is not None or 1 not in (a, b)):
+            check_same_size(queries, "queries", axis, keys, "keys", axis)
+
+
+def check_features(x: object, name: str, *, layout: str = "(..., n, d)", ndim: int | None = None,
+                   size: int | None = None) -> torch.Tensor:
+    """Raise unless ``x`` is a floating-point tensor of ``ndim`` axes (two or more when ``None``) whose last
+    axis has ``size`` features (when given); ``layout`` names the axes in the messages."""
+    check_floating(x, name)
+    if ndim is not None:
+        check_ndim(x, name, ndim, layout)
+    elif x.dim() < 2:
+        raise ValueError(f"{name} must be at least 2-D {layout}, got shape {tuple(x.shape)}")
+    if size is not None and x.shape[-1] != size:
+        raise ValueError(f"{name} must have size {size} in its last axis {layout}, got shape {tuple(x.shape)}")
+    return x
+
+
+def check_keep_mask(mask: object, scores: tuple[int, ...], name: str = "mask") -> torch.Tensor:
+    """The one check of a keep-mask: bool (``True`` = attend) and broadcastable *to* ``scores``.
+
+    A mask with more axes than the scores, or with an axis that is neither 1 nor the scores' size,
+    is refused (broadcasting it would silently change the output's shape). A 2-D mask is
+    (n_queries, n_keys). One of shape (batch, n_keys) looks like ``torch.nn.MultiheadAttention``'s
+    ``key_padding_mask``, whose ``True`` means *padding*: it is refused unless the two readings
+    cannot be told apart (``n_queries`` equal to 1 or to the batch).
+
+    Args:
+        mask: the mask.
+        scores: the shape of the scores it masks, (..., n_queries, n_keys); the batch is its first axis.
+        name: the argument's name, for the messages.
+
+    Returns:
+        ``mask`` itself.
+    """
+    check_tensor(mask, name)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name} must be a bool tensor (True = attend), got dtype {mask.dtype}")
+    batch, n_q, n_k = scores[0], scores[-2], scores[-1]
+    if mask.dim() == 2 and len(scores) > 2 and batch > 1 and tuple(mask.shape) == (batch, n_k) and (
+            n_q not in (1, batch)):
+        raise ValueError(
+            f"{name} of shape {tuple(mask.shape)} looks like torch's key_padding_mask (batch, n_keys), where "
+            f"True means padding; here a mask is True = attend and a 2-D one is (n_queries, n_keys) = "
+            f"{(n_q, n_k)}. Use course_lib.padding_mask(valid_lens, n_keys), or ~key_padding_mask[:, None, :]"
+        )
+    # Checked by hand: torch.broadcast_shapes is slow enough to show in a training step.
+    if mask.dim() > len(scores) or any(m not in (1, s) for m, s in zip(reversed(mask.shape), reversed(scores),
+                                                                       strict=False)):
+        raise ValueError(f"{name} of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
+                         f"{tuple(scores)}")
+    return mask

@@ -17,9 +17,20 @@ sits at key position ``i + n_k - n_q`` and sees the keys up to it (the queries a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from ._validation import as_lengths, check_int, check_ndim, check_non_negative_int, check_tensor
+from ._validation import (
+    as_lengths,
+    check_floating,
+    check_int,
+    check_keep_mask,
+    check_ndim,
+    check_non_negative_int,
+    check_positive_int,
+    check_tensor,
+)
 
 
 def sequence_mask(X: torch.Tensor, valid_lens: torch.Tensor, value: float = 0.0) -> torch.Tensor:
@@ -109,9 +120,192 @@ def causal_mask(n_queries: int, n_keys: int | None = None, device: torch.device 
     return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril(diagonal=offset)
 
 
+class MaskMod:
+    """A rule "may the query at position ``q_pos`` see the key at position ``kv_pos``?": masks as one idea.
+
+    Padding, the look-ahead mask, sliding windows and chapter 9's strided and fixed patterns are all
+    such rules: a function ``rule(b, h, q_pos, kv_pos) -> bool`` of the batch row, the head and the two
+    positions, as PyTorch's FlexAttention calls a ``mask_mod``. Rules combine with ``&`` and ``|`` and
+    are materialised as a boolean keep-mask (:meth:`materialize`), as block lists (:meth:`blocks`), or
+    handed to ``torch.nn.attention.flex_attention`` (:meth:`flex`).
+
+    Positions: the keys sit at positions ``0 .. n_keys - 1`` and the ``n_queries`` queries at the *last*
+    positions, ``n_keys - n_queries .. n_keys - 1`` (aligned bottom-right, as with a key/value cache).
+
+    Args:
+        rule: a function of four integer tensors that broadcast against each other, returning a bool
+            tensor of their broadcast shape; written with tensor operations only (no ``if`` on values),
+            so that it also runs under FlexAttention's ``vmap``.
+        name: what ``repr`` shows.
+
+    Examples:
+        >>> window = causal_mod() & sliding_window_mod(2)
+        >>> window.materialize(4).int()
+        tensor([[1, 0, 0, 0],
+                [1, 1, 0, 0],
+                [0, 1, 1, 0],
+                [0, 0, 1, 1]], dtype=torch.int32)
+    """
+
+    def __init__(self, rule: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+                 name: str = "rule") -> None:
+        if not callable(rule):
+            raise TypeError(f"rule must be callable, got {type(rule).__name__}")
+        self.rule = rule
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"MaskMod({self.name})"
+
+    def __call__(self, b: torch.Tensor, h: torch.Tensor, q_pos: torch.Tensor, kv_pos: torch.Tensor) -> torch.Tensor:
+        return self.rule(b, h, q_pos, kv_pos)
+
+    def __and__(self, other: MaskMod) -> MaskMod:
+        _check_mask_mod(other, "the right operand of &")
+        return MaskMod(lambda b, h, q, kv: self.rule(b, h, q, kv) & other.rule(b, h, q, kv),
+                       f"{self.name} & {other.name}")
+
+    def __or__(self, other: MaskMod) -> MaskMod:
+        _check_mask_mod(other, "the right operand of |")
+        return MaskMod(lambda b, h, q, kv: self.rule(b, h, q, kv) | other.rule(b, h, q, kv),
+                       f"({self.name} | {other.name})")
+
+    def materialize(self, n_queries: int, n_keys: int | None = None, *, batch: int | None = None,
+                    heads: int | None = None, device: torch.device | str | None = None) -> torch.Tensor:
+        """The boolean keep-mask of the rule (``True`` = attend).
+
+        Args:
+            n_queries: rows (the queries sit at the last positions).
+            n_keys: columns (default ``n_queries``).
+            batch, heads: the batch and head counts of a rule that depends on them.
+            device: where to build it.
+
+        Returns:
+            (n_queries, n_keys) when neither ``batch`` nor ``heads`` is given; otherwise
+            (batch or 1, heads or 1, n_queries, n_keys), with 1 on the axes the rule ignores.
+        """
+        check_non_negative_int(n_queries, "n_queries")
+        n_keys = n_queries if n_keys is None else check_non_negative_int(n_keys, "n_keys")
+        b = torch.arange(1 if batch is None else check_positive_int(batch, "batch"), device=device)
+        h = torch.arange(1 if heads is None else check_positive_int(heads, "heads"), device=device)
+        q = torch.arange(n_keys - n_queries, n_keys, device=device)
+        kv = torch.arange(n_keys, device=device)
+        keep = self.rule(b.view(-1, 1, 1, 1), h.view(1, -1, 1, 1), q.view(1, 1, -1, 1), kv.view(1, 1, 1, -1))
+        keep = keep.broadcast_to(torch.broadcast_shapes(keep.shape, (1, 1, n_queries, n_keys)))
+        return keep[0, 0] if batch is None and heads is None else keep
+
+    def blocks(self, n_queries: int, n_keys: int | None = None, block_q: int = 64, block_k: int = 64, *,
+               batch: int | None = None, heads: int | None = None,
+               device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rule as block lists: which (query block, key block) tiles hold any kept pair, and which are full.
+
+        A tiled kernel (FlashAttention, chapter 10) skips the empty tiles and needs no mask inside
+        the full ones. The last block of each axis may be shorter.
+
+        Returns:
+            ``(any_kept, all_kept)``, two bool tensors (n_query_blocks, n_key_blocks), or
+            (batch or 1, heads or 1, n_query_blocks, n_key_blocks) with ``batch``/``heads``.
+
+        Examples:
+            >>> any_kept, all_kept = causal_mod().blocks(4, 4, 2, 2)
+            >>> any_kept.int(), all_kept.int()
+            (tensor([[1, 0],
+                    [1, 1]], dtype=torch.int32), tensor([[0, 0],
+                    [1, 0]], dtype=torch.int32))
+        """
+        keep = self.materialize(n_queries, n_keys, batch=batch, heads=heads, device=device)
+        check_positive_int(block_q, "block_q")
+        check_positive_int(block_k, "block_k")
+        n_q, n_k = keep.shape[-2:]
+        pad_q, pad_k = -n_q % block_q, -n_k % block_k
+
+        def tiles(fill: bool) -> torch.Tensor:
+            # Pad with True for "all" and False for "any", so that the padding changes neither.
+            padded = torch.nn.functional.pad(keep, (0, pad_k, 0, pad_q), value=fill)
+            return padded.unflatten(-1, (-1, block_k)).unflatten(-3, (-1, block_q)).transpose(-3, -2)
+
+        return tiles(False).flatten(-2).any(-1), tiles(True).flatten(-2).all(-1)
+
+    def flex(self, n_queries: int, n_keys: int) -> Callable[..., torch.Tensor]:
+        """The rule as a ``mask_mod`` for ``torch.nn.attention.flex_attention`` (queries indexed from 0)."""
+        offset = check_non_negative_int(n_keys, "n_keys") - check_non_negative_int(n_queries, "n_queries")
+        return lambda b, h, q_idx, kv_idx: self.rule(b, h, q_idx + offset, kv_idx)
+
+
+def _check_mask_mod(value: object, name: str) -> MaskMod:
+    if not isinstance(value, MaskMod):
+        raise TypeError(f"{name} must be a MaskMod, got {type(value).__name__}")
+    return value
+
+
+def causal_mod() -> MaskMod:
+    """The look-ahead rule: a query sees the keys at its own position and before (``kv_pos <= q_pos``).
+
+    Examples:
+        >>> torch.equal(causal_mod().materialize(2, 4), causal_mask(2, 4))
+        True
+    """
+    return MaskMod(lambda b, h, q, kv: kv <= q, "causal")
+
+
+def sliding_window_mod(window: int) -> MaskMod:
+    """The band ``|q_pos - kv_pos| < window``; with :func:`causal_mod`, the last ``window`` keys (Mistral's).
+
+    Examples:
+        >>> sliding_window_mod(2).materialize(3).int()
+        tensor([[1, 1, 0],
+                [1, 1, 1],
+                [0, 1, 1]], dtype=torch.int32)
+    """
+    window = check_positive_int(window, "window")
+    return MaskMod(lambda b, h, q, kv: (q - kv).abs() < window, f"sliding_window({window})")
+
+
+def padding_mod(valid_lens: object) -> MaskMod:
+    """The padding rule ``kv_pos < valid_lens[b]`` for (batch,) lengths (a tensor or a list).
+
+    Examples:
+        >>> padding_mod([1, 2]).materialize(1, 3, batch=2)[:, 0, 0].int()
+        tensor([[1, 0, 0],
+                [1, 1, 0]], dtype=torch.int32)
+    """
+    lens = as_lengths(valid_lens, "valid_lens")
+    check_ndim(lens, "valid_lens", 1, "(batch,)")
+    return MaskMod(lambda b, h, q, kv: kv < lens.to(kv.device)[b], "padding")
+
+
+def padding_mask(valid_lens: object, n_keys: int) -> torch.Tensor:
+    """The keep-mask of the real (unpadded) keys: lengths become a mask here, once per model call.
+
+    Args:
+        valid_lens: (batch,) one length per example, shared by all its queries, or (batch, n_queries)
+            one length per query; a tensor or a (nested) list of integers in ``[0, n_keys]``.
+        n_keys: the number of keys (the padded length).
+
+    Returns:
+        (batch, 1, n_keys) or (batch, n_queries, n_keys) bool, ``True`` at the keys ``j < valid_lens``:
+        a mask for scores (batch, n_queries, n_keys), and for multi-head scores (a 3-D mask is shared
+        by the heads).
+
+    Examples:
+        >>> padding_mask(torch.tensor([1, 3]), 4)
+        tensor([[[ True, False, False, False]],
+        <BLANKLINE>
+                [[ True,  True,  True, False]]])
+    """
+    check_non_negative_int(n_keys, "n_keys")
+    lens = as_lengths(valid_lens, "valid_lens", max_len=n_keys)
+    if lens.dim() not in (1, 2):
+        raise ValueError(f"valid_lens must have shape (batch,) or (batch, n_queries), got {tuple(lens.shape)}")
+    keep = lengths_to_mask(lens, n_keys)  # (B, n_k) or (B, n_q, n_k)
+    return keep.unsqueeze(1) if lens.dim() == 1 else keep
+
+
 def valid_lens_to_mask(valid_lens: torch.Tensor, batch_size: int, n_queries: int,
                        n_keys: int, device: torch.device | None = None) -> torch.Tensor:
     """Turn D2L-style ``valid_lens`` into a boolean key mask ``(batch, n_queries, n_keys)``.
+
+    :func:`padding_mask` expanded to the scores' full shape.
 
     Args:
         valid_lens: (batch,) one length per example, shared by all its queries, or
@@ -123,56 +317,26 @@ def valid_lens_to_mask(valid_lens: torch.Tensor, batch_size: int, n_queries: int
 
     Raises:
         ValueError: wrong shape, negative, non-integer, or longer than ``n_keys``.
+
+    Examples:
+        >>> valid_lens_to_mask(torch.tensor([1, 2]), 2, 1, 3)
+        tensor([[[ True, False, False]],
+        <BLANKLINE>
+                [[ True,  True, False]]])
     """
-    keep = _lengths_keep(valid_lens, batch_size, n_queries, n_keys, device)  # (B, 1 or n_q, n_k)
+    keep = _padding_for_scores(valid_lens, (batch_size, n_queries, n_keys), device)
     return keep.expand(batch_size, n_queries, n_keys)
 
 
-def _lengths_keep(valid_lens: object, batch_size: int, n_queries: int, n_keys: int,
-                  device: torch.device | str | None = None) -> torch.Tensor:
-    """:func:`valid_lens_to_mask` without the expand: (batch, 1, n_keys) or (batch, n_queries, n_keys)."""
-    lens = as_lengths(valid_lens, "valid_lens", max_len=n_keys, device=device)
-    if lens.shape == (batch_size,):
-        lens = lens[:, None]
-    elif lens.shape != (batch_size, n_queries):
-        raise ValueError(
-            f"valid_lens must have shape ({batch_size},) or ({batch_size}, {n_queries}) for scores "
-            f"of shape ({batch_size}, {n_queries}, {n_keys}), got {tuple(lens.shape)}"
-        )
-    return lengths_to_mask(lens, n_keys)
-
-
-def check_attend_mask(mask: object, batch: int, n_queries: int, n_keys: int,
-                      num_heads: int | None = None) -> torch.Tensor:
-    """Validate a ``mask`` argument (bool, ``True`` = attend) for scores (batch, [num_heads,] n_queries, n_keys).
-
-    It must broadcast to the scores. A 2-D mask is read as (n_queries, n_keys), shared by the batch,
-    as ``scaled_dot_product_attention``'s. A 2-D mask of shape (batch, n_keys) is what
-    ``torch.nn.MultiheadAttention`` calls ``key_padding_mask``, with the opposite meaning
-    (``True`` = padding): it is refused unless ``n_queries == batch``, where the two readings
-    cannot be told apart. Pass lengths as ``valid_lens``, or ``~key_padding_mask[:, None, :]``.
-
-    Returns:
-        ``mask`` itself.
-    """
-    check_tensor(mask, "mask")
-    if mask.dtype != torch.bool:
-        raise TypeError(f"mask must be a bool tensor (True = attend), got dtype {mask.dtype}")
-    scores = (batch, n_queries, n_keys) if num_heads is None or mask.dim() <= 3 else (
-        batch, num_heads, n_queries, n_keys)
-    if mask.dim() == 2 and batch > 1 and tuple(mask.shape) == (batch, n_keys) and n_queries not in (1, batch):
-        raise ValueError(
-            f"mask of shape {tuple(mask.shape)} looks like torch's key_padding_mask (batch, n_keys), "
-            f"where True means padding; here a mask is True = attend and a 2-D one is (n_queries, "
-            f"n_keys) = {(n_queries, n_keys)}. Pass the lengths as valid_lens, or ~key_padding_mask[:, None, :]"
-        )
-    # Broadcasts *to* the scores: no extra axis, each trailing axis 1 or equal. Checked by hand because
-    # torch.broadcast_shapes is a Python reference implementation, slow enough to show in a training step.
-    ok = mask.dim() <= len(scores) and all(
-        m in (1, t) for m, t in zip(reversed(mask.shape), reversed(scores), strict=False))
-    if not ok:
-        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape {scores}")
-    return mask
+def _padding_for_scores(valid_lens: object, scores: tuple[int, int, int],
+                        device: torch.device | str | None) -> torch.Tensor:
+    """:func:`padding_mask` for scores (batch, n_queries, n_keys), with the lengths' shape checked against them."""
+    batch, n_q, n_k = scores
+    lens = as_lengths(valid_lens, "valid_lens", max_len=n_k, device=device)
+    if tuple(lens.shape) not in ((batch,), (batch, n_q)):
+        raise ValueError(f"valid_lens must have shape ({batch},) or ({batch}, {n_q}) for scores of shape "
+                         f"{scores}, got {tuple(lens.shape)}")
+    return padding_mask(lens, n_k)
 
 
 def masked_softmax(
@@ -216,44 +380,37 @@ def masked_softmax(
         tensor([[[1., 0., 0., 0.],
                  [0., 0., 0., 0.]]])
     """
-    check_tensor(X, "X")
-    if not X.is_floating_point():
-        raise TypeError(
-            f"X must be a floating-point tensor, got dtype {X.dtype}"
-        )
-    if valid_lens is None and mask is None:
-        return torch.softmax(X, dim=-1)
+    check_floating(X, "X")
     keep = None
     if valid_lens is not None:
-        check_ndim(
-            X, "X", 3, "(batch, n_queries, n_keys) when valid_lens is given"
-        )
-        keep = _lengths_keep(valid_lens, *X.shape, device=X.device)
+        check_ndim(X, "X", 3, "(batch, n_queries, n_keys) with valid_lens")
+        keep = _padding_for_scores(valid_lens, tuple(X.shape), X.device)
     if mask is not None:
-        if X.dim() == 3:
-            # refuses a key_padding_mask-like (batch, n_keys) mask
-            check_attend_mask(mask, *X.shape)
-        check_tensor(mask, "mask")
-        if mask.dtype != torch.bool:
-            raise TypeError(
-                "mask must be a bool tensor (True = attend), "
-                f"got dtype {mask.dtype}"
-            )
-        try:
-            broadcast = torch.broadcast_shapes(mask.shape, X.shape)
-        except RuntimeError:
-            broadcast = None
-        # The mask must broadcast *to* X: a mask with extra or longer axes
-        # would silently return weights of a different shape than the scores.
-        if broadcast != X.shape:
-            raise ValueError(
-                f"mask of shape {tuple(mask.shape)} does not broadcast "
-                f"to X of shape {tuple(X.shape)}"
-            )
+        check_keep_mask(mask, tuple(X.shape))
+        mask = mask.to(X.device)
         keep = mask if keep is None else keep & mask
-    keep = keep.to(X.device)
-    # The most negative finite value, not -inf: a fully masked row then
-    # stays finite (uniform before the final multiply) instead of giving
-    # 0/0 = NaN, in the forward and backward pass.
-    scores = X.masked_fill(~keep, torch.finfo(X.dtype).min)
-    return torch.softmax(scores, dim=-1) * keep
+    if keep is None:
+        return torch.softmax(X, dim=-1)
+    return softmax_with_keep(X, keep)
+
+
+def softmax_with_keep(scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """The masked softmax itself, for a checked keep-mask (what :func:`masked_softmax` computes).
+
+    Args:
+        scores: (..., n_queries, n_keys) floating point.
+        keep: bool, broadcastable to ``scores``, ``True`` = attend.
+
+    Returns:
+        Weights shaped like ``scores``; masked keys get exactly 0 and a row with no key is all zeros.
+
+    Examples:
+        >>> softmax_with_keep(torch.zeros(2, 3), torch.tensor([[True, True, False], [False] * 3]))
+        tensor([[0.5000, 0.5000, 0.0000],
+                [0.0000, 0.0000, 0.0000]])
+    """
+    # The most negative finite value, not -inf: a row with no key stays finite
+    # (uniform before the multiply by keep) instead of 0/0 = NaN, forward and
+    # backward.
+    filled = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+    return torch.softmax(filled, dim=-1) * keep

@@ -130,6 +130,7 @@ class NWKernelRegression(nn.Module):
     def __init__(self, init_w: float = 1.0) -> None:
         super().__init__()
         self.w = nn.Parameter(torch.tensor(float(init_w)))
+        self.record_weights = False  # see course_lib.recording_attention
         self.attention_weights: torch.Tensor | None = None
 
     def forward(
@@ -144,7 +145,8 @@ class NWKernelRegression(nn.Module):
             values: same shape as ``keys``.
 
         Returns:
-            (n_queries,); the weights (n_queries, n_keys) are kept in
+            (n_queries,); while :func:`course_lib.recording_attention` is
+            on, the weights (n_queries, n_keys) are kept in
             ``.attention_weights``.
         """
         check_floating(queries, "queries")
@@ -164,7 +166,8 @@ class NWKernelRegression(nn.Module):
             check_same_size(queries, "queries", 0, keys, "keys", 0)
         scores = -((queries[:, None] - keys) * self.w).pow(2) / 2
         weights = torch.softmax(scores, dim=-1)
-        self.attention_weights = weights.detach()
+        if self.record_weights:
+            self.attention_weights = weights.detach()
         return (weights * values).sum(-1)
 
 

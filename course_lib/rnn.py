@@ -36,6 +36,7 @@ from ._validation import (
     check_probability,
     check_tokens,
 )
+from .masking import padding_mask
 from .scoring import AdditiveAttention
 
 __all__ = [
@@ -84,13 +85,13 @@ class RNNDecoderState:
     Attributes:
         hidden: (L, B, H) decoder hidden state, initialised with the encoder's last one.
         enc_outputs: (B, S, H) encoder outputs, the attention's keys and values.
-        src_valid_lens: (B,) source lengths (keys past them are masked).
+        src_mask: (B, 1, S) bool keep-mask of the real source positions (the attention's keys).
         context: (B, H) the encoder's last top-layer state, the fixed context of :class:`Seq2SeqRNN`.
     """
 
     hidden: torch.Tensor
     enc_outputs: torch.Tensor
-    src_valid_lens: torch.Tensor
+    src_mask: torch.Tensor
     context: torch.Tensor
 
     def index_select(self, index: torch.Tensor) -> RNNDecoderState:
@@ -98,7 +99,7 @@ class RNNDecoderState:
         return RNNDecoderState(
             hidden=self.hidden.index_select(1, index),
             enc_outputs=self.enc_outputs.index_select(0, index),
-            src_valid_lens=self.src_valid_lens.index_select(0, index),
+            src_mask=self.src_mask.index_select(0, index),
             context=self.context.index_select(0, index),
         )
 
@@ -170,8 +171,9 @@ class BahdanauDecoder(nn.Module):
     """GRU decoder whose input at each step is ``[attention context; embedding of the previous token]``.
 
     The query is the previous decoder hidden state (top layer), the keys and values are the encoder
-    outputs. The weights of every step are appended to ``self.attention_weights``, a list of
-    (B, 1, S) tensors that :meth:`BahdanauSeq2Seq.init_decoder_state` (and so every forward) resets;
+    outputs. While :func:`course_lib.recording_attention` is on, the weights of every step are
+    appended to ``self.step_weights``, a list of (B, 1, S) tensors that
+    :meth:`BahdanauSeq2Seq.init_decoder_state` (and so every forward) resets;
     :meth:`stacked_attention_weights` returns them as one (B, T, S) tensor for a heatmap.
 
     Args:
@@ -185,7 +187,7 @@ class BahdanauDecoder(nn.Module):
         self.embedding = nn.Embedding(config.tgt_vocab_size, config.embed_size, padding_idx=config.pad_id)
         self.rnn = _gru(config.embed_size + H, config)
         self.dense = nn.Linear(H, config.tgt_vocab_size)
-        self.attention_weights: list[torch.Tensor] = []
+        self.step_weights: list[torch.Tensor] = []
 
     def step(self, emb: torch.Tensor, state: RNNDecoderState) -> tuple[torch.Tensor, RNNDecoderState]:
         """One decoder step from the embedding ``emb`` (B, E) of the previous token.
@@ -195,8 +197,9 @@ class BahdanauDecoder(nn.Module):
         """
         query = state.hidden[-1].unsqueeze(1)  # (B, 1, H)
         keys = state.enc_outputs.to(query.dtype)
-        context = self.attention(query, keys, keys, state.src_valid_lens)  # (B, 1, H)
-        self.attention_weights.append(self.attention.attention_weights)
+        context = self.attention(query, keys, keys, state.src_mask)  # (B, 1, H)
+        if self.attention.record_weights:
+            self.step_weights.append(self.attention.attention_weights)
         x = torch.cat([context.to(emb.dtype), emb.unsqueeze(1)], dim=-1)  # (B, 1, H + E)
         output, hidden = self.rnn(x, state.hidden)
         return self.dense(output.squeeze(1)), dataclasses.replace(state, hidden=hidden)
@@ -213,7 +216,7 @@ class BahdanauDecoder(nn.Module):
 
     def stacked_attention_weights(self) -> torch.Tensor | None:
         """The weights of the steps since the last reset, (B, T, S); ``None`` before any step."""
-        return torch.cat(self.attention_weights, dim=1) if self.attention_weights else None
+        return torch.cat(self.step_weights, dim=1) if self.step_weights else None
 
 
 class _RNNSeq2SeqBase(nn.Module):
@@ -245,27 +248,35 @@ class _RNNSeq2SeqBase(nn.Module):
                 f"src and tgt_in must have the same batch size, got shapes {tuple(src.shape)} and "
                 f"{tuple(tgt_in.shape)}"
             )
-        memory = self.encode(src, src_valid_lens)
-        state = self.init_decoder_state(memory, src_valid_lens)
-        logits, _ = self.decoder(tgt_in, state)
+        lens = self._src_lens(src, src_valid_lens)  # the lengths are checked once per call
+        memory = self.encoder(src, lens)
+        logits, _ = self.decoder(tgt_in, self._initial_state(memory, lens))
         return logits
 
     def encode(self, src: torch.Tensor, src_valid_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode the source; returns the opaque memory ``(outputs (B, S, H), hidden (L, B, H))``."""
-        check_tokens(src, "src", "(batch, S)", self.config.src_vocab_size)
-        src_valid_lens = as_lengths(src_valid_lens, "src_valid_lens", max_len=src.shape[1], shape=(src.shape[0],),
-                                    what=f"src of shape {tuple(src.shape)}")
-        return self.encoder(src, src_valid_lens)
+        return self.encoder(src, self._src_lens(src, src_valid_lens))
 
     def init_decoder_state(self, memory: tuple[torch.Tensor, torch.Tensor],
                            src_valid_lens: torch.Tensor) -> RNNDecoderState:
         """The decoder state before the first step (also resets the kept attention weights)."""
+        outputs = memory[0]
+        lens = as_lengths(src_valid_lens, "src_valid_lens", max_len=outputs.shape[1], shape=(outputs.shape[0],),
+                          what=f"encoder outputs of shape {tuple(outputs.shape)}")
+        return self._initial_state(memory, lens)
+
+    def _src_lens(self, src: torch.Tensor, src_valid_lens: object) -> torch.Tensor:
+        check_tokens(src, "src", "(batch, S)", self.config.src_vocab_size)
+        return as_lengths(src_valid_lens, "src_valid_lens", max_len=src.shape[1], shape=(src.shape[0],),
+                          what=f"src of shape {tuple(src.shape)}")
+
+    def _initial_state(self, memory: tuple[torch.Tensor, torch.Tensor], lens: torch.Tensor) -> RNNDecoderState:
+        """Padding enters here, once: the lengths become the keep-mask of the source positions."""
         outputs, hidden = memory
         if isinstance(self.decoder, BahdanauDecoder):
-            self.decoder.attention_weights = []
-        lens = as_lengths(src_valid_lens, "src_valid_lens", max_len=outputs.shape[1], shape=(outputs.shape[0],),
-                          what=f"encoder outputs of shape {tuple(outputs.shape)}", device=outputs.device)
-        return RNNDecoderState(hidden=hidden, enc_outputs=outputs, src_valid_lens=lens, context=hidden[-1])
+            self.decoder.step_weights = []
+        src_mask = padding_mask(lens.to(outputs.device), outputs.shape[1])  # (B, 1, S)
+        return RNNDecoderState(hidden=hidden, enc_outputs=outputs, src_mask=src_mask, context=hidden[-1])
 
     def decode_step(self, tokens: torch.Tensor, state: RNNDecoderState) -> tuple[torch.Tensor, RNNDecoderState]:
         """Feed one token per sequence and get the logits of the next one.
@@ -306,9 +317,10 @@ class Seq2SeqRNN(_RNNSeq2SeqBase):
 class BahdanauSeq2Seq(_RNNSeq2SeqBase):
     """GRU encoder--decoder with Bahdanau (additive) attention over the encoder outputs.
 
-    After a forward or a decoding run, ``model.decoder.attention_weights`` holds one (B, 1, S)
-    tensor per step (``model.decoder.stacked_attention_weights()`` gives (B, T, S)); in beam search
-    the rows follow the beams of each step.
+    After a forward or a decoding run inside ``with course_lib.recording_attention(model):``,
+    ``model.decoder.step_weights`` holds one (B, 1, S) tensor per step
+    (``model.decoder.stacked_attention_weights()`` gives (B, T, S)); in beam search the rows follow
+    the beams of each step.
 
     Args:
         config: a :class:`Seq2SeqRNNConfig`.

@@ -20,13 +20,13 @@ from torch import nn
 
 from ._validation import (
     check_floating,
-    check_ndim,
+    check_keep_mask,
     check_positive,
     check_positive_int,
     check_probability,
-    check_same_size,
+    check_qkv,
 )
-from .masking import masked_softmax
+from .masking import softmax_with_keep
 
 __all__ = [
     "dot_product_scores",
@@ -40,30 +40,7 @@ __all__ = [
 ]
 
 
-def _check_3d_qkv(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor | None,
-               same_dim: bool) -> None:
-    layout = {
-        "queries": "(batch, n_queries, d_q)",
-        "keys": "(batch, n_keys, d_k)",
-        "values": "(batch, n_keys, d_v)",
-    }
-    pairs = [("queries", queries), ("keys", keys)]
-    if values is not None:
-        pairs.append(("values", values))
-    for name, t in pairs:
-        check_floating(t, name)
-        check_ndim(t, name, 3, layout[name])
-    for name, t in pairs[1:]:
-        if t.dtype != queries.dtype:
-            raise TypeError(
-                f"queries and {name} must share a dtype, got {queries.dtype} and {t.dtype}"
-            )
-    check_same_size(queries, "queries", 0, keys, "keys", 0)
-    if same_dim:
-        check_same_size(queries, "queries", 2, keys, "keys", 2)
-    if values is not None:
-        check_same_size(keys, "keys", 0, values, "values", 0)
-        check_same_size(keys, "keys", 1, values, "values", 1)
+_LAYOUT = {"queries": "(batch, n_queries, d_q)", "keys": "(batch, n_keys, d_k)", "values": "(batch, n_keys, d_v)"}
 
 
 def dot_product_scores(queries: torch.Tensor, keys: torch.Tensor, scaled: bool = True) -> torch.Tensor:
@@ -78,8 +55,8 @@ def dot_product_scores(queries: torch.Tensor, keys: torch.Tensor, scaled: bool =
     Returns:
         (batch, n_queries, n_keys)
     """
-    _check_3d_qkv(queries, keys, None, same_dim=True)
-    scores = torch.bmm(queries, keys.transpose(1, 2))
+    check_qkv(queries, keys, None, layout=_LAYOUT, ndim=3)
+    scores = queries @ keys.transpose(-2, -1)
     return scores / math.sqrt(queries.shape[-1]) if scaled else scores
 
 
@@ -95,7 +72,7 @@ def additive_scores(queries: torch.Tensor, keys: torch.Tensor, W_q: torch.Tensor
     Returns:
         (batch, n_queries, n_keys)
     """
-    _check_3d_qkv(queries, keys, None, same_dim=False)
+    check_qkv(queries, keys, None, layout=_LAYOUT, ndim=3, same_size=False)
     for name, t in (("W_q", W_q), ("W_k", W_k), ("w_v", w_v)):
         check_floating(t, name)
     h_a = w_v.shape[0] if w_v.dim() == 1 else -1
@@ -125,7 +102,7 @@ def bilinear_scores(queries: torch.Tensor, keys: torch.Tensor, W: torch.Tensor) 
     Returns:
         (batch, n_queries, n_keys)
     """
-    _check_3d_qkv(queries, keys, None, same_dim=False)
+    check_qkv(queries, keys, None, layout=_LAYOUT, ndim=3, same_size=False)
     check_floating(W, "W")
     if W.shape != (queries.shape[-1], keys.shape[-1]):
         raise ValueError(
@@ -133,7 +110,7 @@ def bilinear_scores(queries: torch.Tensor, keys: torch.Tensor, W: torch.Tensor) 
             f"of shape {tuple(queries.shape)} and keys of shape {tuple(keys.shape)}, got "
             f"{tuple(W.shape)}"
         )
-    return torch.bmm(queries @ W, keys.transpose(1, 2))
+    return (queries @ W) @ keys.transpose(-2, -1)
 
 
 def cosine_scores(queries: torch.Tensor, keys: torch.Tensor, temperature: float = 1.0,
@@ -150,48 +127,51 @@ def cosine_scores(queries: torch.Tensor, keys: torch.Tensor, temperature: float 
     Returns:
         (batch, n_queries, n_keys)
     """
-    _check_3d_qkv(queries, keys, None, same_dim=True)
+    check_qkv(queries, keys, None, layout=_LAYOUT, ndim=3)
     check_positive(temperature, "temperature")
     q = queries / queries.norm(dim=-1, keepdim=True).clamp_min(eps)
     k = keys / keys.norm(dim=-1, keepdim=True).clamp_min(eps)
-    return torch.bmm(q, k.transpose(1, 2)) / temperature
+    return (q @ k.transpose(-2, -1)) / temperature
 
 
 class _ScoredAttention(nn.Module):
     """Shared forward: scores -> masked softmax -> dropout -> weighted sum of the values."""
 
-    _same_dim = True
+    _same_size = True
 
     def __init__(self, dropout: float = 0.0) -> None:
         super().__init__()
         check_probability(dropout, "dropout")
         self.dropout = nn.Dropout(dropout)
+        self.record_weights = False
         self.attention_weights: torch.Tensor | None = None
 
     def score(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                valid_lens: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Attend from each query to the (valid) keys and pool their values.
+        """Attend from each query to the allowed keys and pool their values.
 
         Args:
             queries: (batch, n_queries, d_q)
             keys: (batch, n_keys, d_k)
             values: (batch, n_keys, d_v)
-            valid_lens: optional (batch,) or (batch, n_queries): keys ``j >= valid_lens`` are
-                ignored.
-            mask: optional bool, broadcastable to (batch, n_queries, n_keys), ``True`` = attend.
+            mask: optional bool keep-mask, broadcastable to (batch, n_queries, n_keys), ``True`` =
+                attend; :func:`course_lib.padding_mask` makes one from valid lengths.
 
         Returns:
-            (batch, n_queries, d_v); the weights (batch, n_queries, n_keys) are kept in
-            ``self.attention_weights`` (detached) for plotting.
+            (batch, n_queries, d_v). While :func:`course_lib.recording_attention` is on, the weights
+            (batch, n_queries, n_keys) are kept in ``self.attention_weights`` (detached).
         """
-        _check_3d_qkv(queries, keys, values, same_dim=self._same_dim)
-        weights = masked_softmax(self.score(queries, keys), valid_lens, mask)
-        self.attention_weights = weights.detach()
-        return torch.bmm(self.dropout(weights), values)
+        check_qkv(queries, keys, values, layout=_LAYOUT, ndim=3, same_size=self._same_size)
+        scores = self.score(queries, keys)
+        if mask is not None:
+            check_keep_mask(mask, tuple(scores.shape))
+        weights = torch.softmax(scores, dim=-1) if mask is None else softmax_with_keep(scores, mask.to(scores.device))
+        if self.record_weights:
+            self.attention_weights = weights.detach()
+        return self.dropout(weights) @ values
 
 
 class DotProductAttention(_ScoredAttention):
@@ -205,10 +185,9 @@ class DotProductAttention(_ScoredAttention):
         >>> attention = DotProductAttention()
         >>> keys = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]]])
         >>> values = torch.tensor([[[1.0], [3.0], [100.0]]])
-        >>> attention(torch.zeros(1, 1, 2), keys, values, valid_lens=torch.tensor([2]))  # the third key is padding
+        >>> keep = torch.tensor([[[True, True, False]]])  # the third key is padding
+        >>> attention(torch.zeros(1, 1, 2), keys, values, keep)
         tensor([[[2.]]])
-        >>> attention.attention_weights
-        tensor([[[0.5000, 0.5000, 0.0000]]])
     """
 
     def __init__(self, dropout: float = 0.0, scaled: bool = True) -> None:
@@ -232,7 +211,7 @@ class AdditiveAttention(_ScoredAttention):
         query_size, key_size: d_q and d_k, when known up front.
     """
 
-    _same_dim = False
+    _same_size = False
 
     def __init__(self, hidden_size: int, dropout: float = 0.0, query_size: int | None = None,
                  key_size: int | None = None) -> None:
@@ -269,7 +248,7 @@ class BilinearAttention(_ScoredAttention):
         scaled: divide the scores by :math:`\sqrt{d_k}` as in scaled dot product.
     """
 
-    _same_dim = False
+    _same_size = False
 
     def __init__(self, query_size: int, key_size: int | None = None, dropout: float = 0.0,
                  scaled: bool = False) -> None:

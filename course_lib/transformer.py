@@ -47,7 +47,7 @@ from ._validation import (
     check_tensor,
     check_tokens,
 )
-from .masking import lengths_to_mask
+from .masking import padding_mask
 from .multihead import KVCache, MultiHeadAttention
 from .positional import LearnedPositionalEmbedding, PositionalEncoding
 
@@ -171,21 +171,20 @@ class TransformerEncoderBlock(nn.Module):
         self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, dropout)
         self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first)
 
-    def forward(self, X: torch.Tensor, valid_lens: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, X: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Encode one layer.
 
         Args:
             X: (B, S, d) the previous layer's output.
-            valid_lens: optional (B,) lengths; keys ``j >= valid_lens`` (padding) are ignored.
-            mask: optional bool key mask broadcastable to (B, h, S, S), ``True`` = attend (the
-                encoder passes the padding mask built once for all layers).
+            mask: optional bool keep-mask of the keys, ``True`` = attend: (B, 1, S) from
+                :func:`course_lib.padding_mask` (the encoder builds it once for all layers), or any
+                mask :class:`~course_lib.multihead.MultiHeadAttention` takes.
 
         Returns:
             (B, S, d)
         """
         Z = self.addnorm1.pre_norm(X)
-        X = self.addnorm1(X, self.attention(Z, Z, Z, valid_lens=valid_lens, mask=mask))
+        X = self.addnorm1(X, self.attention(Z, Z, Z, mask))
         return self.addnorm2(X, self.ffn(self.addnorm2.pre_norm(X)))
 
 
@@ -247,11 +246,6 @@ def _check_memory(memory: object, tokens: torch.Tensor, num_hiddens: int) -> Non
                          f"{tuple(tokens.shape)}, got {tuple(memory.shape)}")
 
 
-def _key_mask(valid_lens: torch.Tensor, n_keys: int) -> torch.Tensor:
-    """(B,) lengths -> (B, 1, 1, n_keys) bool key mask, ``True`` = attend; built once per stack."""
-    return lengths_to_mask(valid_lens, n_keys)[:, None, None, :]
-
-
 class _Stack(nn.Module):
     """What the encoder and the decoder share: the embedder, ``num_layers`` blocks and the final norm."""
 
@@ -297,10 +291,14 @@ class TransformerEncoder(_Stack):
             (B, S, d) the memory the decoder attends to.
         """
         check_tokens(src, "src", "(batch, S)", self.vocab_size)
-        mask = None if src_valid_lens is None else _key_mask(_src_lens(src_valid_lens, src, "src"), src.shape[1])
+        mask = None if src_valid_lens is None else padding_mask(_src_lens(src_valid_lens, src, "src"), src.shape[1])
+        return self._encode(src, mask)
+
+    def _encode(self, src: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """The stack itself, for checked ``src`` and a source keep-mask (B, 1, S) or ``None``."""
         X = self.embed(src)
         for block in self.blocks:
-            X = block(X, mask=mask)
+            X = block(X, mask)
         return self.norm(X)
 
 
@@ -320,99 +318,55 @@ class TransformerDecoderBlock(nn.Module):
         self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, dropout)
         self.addnorm3 = AddNorm(num_hiddens, dropout, norm_first)
 
-    def forward(self, X: torch.Tensor, memory: torch.Tensor, src_valid_lens: torch.Tensor | None = None,
-                src_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, X: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Decode one layer for all target positions at once (teacher forcing).
 
         Args:
             X: (B, T, d) the previous layer's output.
             memory: (B, S, d) the encoder output (keys and values of the cross-attention).
-            src_valid_lens: optional (B,) source lengths (padded source positions are ignored).
-            src_mask: optional bool key mask broadcastable to (B, h, T, S), ``True`` = attend.
+            memory_mask: optional bool keep-mask of the source positions, (B, 1, S) from
+                :func:`course_lib.padding_mask`, ``True`` = attend.
 
         Returns:
             (B, T, d); position ``t`` depends on ``X[:, :t + 1]`` only (look-ahead mask).
         """
         Z = self.addnorm1.pre_norm(X)
         X = self.addnorm1(X, self.self_attention(Z, Z, Z, causal=True))
-        return self._cross_and_ffn(X, memory, src_valid_lens, src_mask, None)
+        return self._cross_and_ffn(X, self.project_memory(memory), memory_mask)
 
-    def step(self, X: torch.Tensor, self_cache: KVCache, cross_cache: _StaticKVCache,
-             src_valid_lens: torch.Tensor | None = None, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def step(self, X: torch.Tensor, self_cache: KVCache, memory_kv: tuple[torch.Tensor, torch.Tensor],
+             memory_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Decode the new position(s) only, attending to the cached earlier ones (incremental decoding).
 
         Args:
             X: (B, T_new, d) the previous layer's output at the new positions.
             self_cache: this block's self-attention cache; the new keys/values are appended to it.
-            cross_cache: the projected memory from :meth:`project_memory`.
-            src_valid_lens, src_mask: as in :meth:`forward`.
+            memory_kv: the memory's keys and values from :meth:`project_memory`, projected once.
+            memory_mask: as in :meth:`forward`.
 
         Returns:
             (B, T_new, d), equal to the rows of :meth:`forward` at the new positions.
         """
         Z = self.addnorm1.pre_norm(X)
         X = self.addnorm1(X, self.self_attention(Z, Z, Z, causal=True, kv_cache=self_cache))
-        return self._cross_and_ffn(X, None, src_valid_lens, src_mask, cross_cache)
+        return self._cross_and_ffn(X, memory_kv, memory_mask)
 
-    def _cross_and_ffn(self, X: torch.Tensor, memory: torch.Tensor | None, src_valid_lens: torch.Tensor | None,
-                       src_mask: torch.Tensor | None, cross_cache: _StaticKVCache | None) -> torch.Tensor:
+    def _cross_and_ffn(self, X: torch.Tensor, memory_kv: tuple[torch.Tensor, torch.Tensor],
+                       memory_mask: torch.Tensor | None) -> torch.Tensor:
         Z = self.addnorm2.pre_norm(X)
-        if cross_cache is not None:
-            # No new keys: the cache already holds the projected memory (see _StaticKVCache).
-            memory = Z.new_empty(Z.shape[0], 0, Z.shape[2])
-        X = self.addnorm2(X, self.cross_attention(Z, memory, memory, valid_lens=src_valid_lens,
-                                                  mask=src_mask, kv_cache=cross_cache))
+        X = self.addnorm2(X, self.cross_attention(Z, mask=memory_mask, kv=memory_kv))
         return self.addnorm3(X, self.ffn(self.addnorm3.pre_norm(X)))
 
-    def project_memory(self, memory: torch.Tensor) -> _StaticKVCache:
-        """Project the encoder output with the cross-attention's ``W_k``, ``W_v`` once for all decoding steps.
+    def project_memory(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cross-attention's keys and values, ``W_k`` and ``W_v`` applied to the encoder output once.
 
         Args:
             memory: (B, S, d)
 
         Returns:
-            A cache holding keys and values (B, h, S, d_h).
+            keys and values (B, h, S, d_h), for every decoding step.
         """
-        attn = self.cross_attention
-
-        def heads(x: torch.Tensor) -> torch.Tensor:
-            return x.unflatten(-1, (attn.num_heads, attn.head_size)).transpose(1, 2)  # (B, h, S, d_h)
-
-        return _StaticKVCache(heads(attn.W_k(memory)), heads(attn.W_v(memory)))
-
-
-class _StaticKVCache(KVCache):
-    """A cache whose keys and values are fixed: the projected encoder output of the cross-attention.
-
-    ``MultiHeadAttention`` appends the projections of the keys it is given to its cache; the decoder
-    gives none (an empty (B, 0, d) tensor), so this cache returns its stored keys and values without
-    the copy a concatenation would make.
-    """
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
-        super().__init__()
-        self.keys, self.values = keys, values
-
-    def update(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if keys.shape[2] or values.shape[2]:
-            raise ValueError(f"the cross-attention cache is fixed; got new keys of shape {tuple(keys.shape)}")
-        return self.keys, self.values
-
-
-def _copy_cache(cache: KVCache, index: torch.Tensor | None = None) -> KVCache:
-    """A new cache object sharing (or, with ``index``, selecting rows of) the tensors of ``cache``.
-
-    Tensors are never modified in place (``update`` concatenates into new ones), so sharing them keeps
-    the old state valid.
-    """
-    keys, values = cache.keys, cache.values
-    if index is not None and keys is not None:
-        keys, values = keys.index_select(0, index), values.index_select(0, index)
-    if isinstance(cache, _StaticKVCache):
-        return _StaticKVCache(keys, values)
-    new = KVCache()
-    new.keys, new.values = keys, values
-    return new
+        return self.cross_attention.project_kv(memory)
 
 
 @dataclass
@@ -422,31 +376,31 @@ class TransformerDecoderState:
     Attributes:
         self_caches: one :class:`~course_lib.multihead.KVCache` per block: the self-attention keys and
             values (B, h, t, d_h) of the ``t`` tokens fed so far.
-        cross_caches: one fixed cache per block: the cross-attention keys and values (B, h, S, d_h),
-            projected once from the encoder output.
-        src_mask: (B, 1, 1, S) bool, ``True`` at real source positions.
+        memory_kv: one (keys, values) pair per block: the cross-attention keys and values
+            (B, h, S, d_h), projected once from the encoder output.
+        memory_mask: (B, 1, S) bool, ``True`` at real source positions.
         offset: t, the number of tokens fed so far (the position of the next one).
     """
 
     self_caches: list[KVCache]
-    cross_caches: list[KVCache]
-    src_mask: torch.Tensor
+    memory_kv: list[tuple[torch.Tensor, torch.Tensor]]
+    memory_mask: torch.Tensor
     offset: int = 0
 
     @property
     def batch_size(self) -> int:
-        return self.src_mask.shape[0]
+        return self.memory_mask.shape[0]
 
     def next_step(self) -> TransformerDecoderState:
         """A copy whose caches can grow without touching this state's caches."""
-        return TransformerDecoderState([_copy_cache(c) for c in self.self_caches], self.cross_caches,
-                                       self.src_mask, self.offset)
+        return TransformerDecoderState([c.copy() for c in self.self_caches], self.memory_kv, self.memory_mask,
+                                       self.offset)
 
     def index_select(self, index: torch.Tensor) -> TransformerDecoderState:
         """Keep (and reorder, or repeat) the batch rows in ``index`` (B',)."""
-        return TransformerDecoderState([_copy_cache(c, index) for c in self.self_caches],
-                                       [_copy_cache(c, index) for c in self.cross_caches],
-                                       self.src_mask.index_select(0, index), self.offset)
+        memory_kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.memory_kv]
+        return TransformerDecoderState([c.copy().reorder(index) for c in self.self_caches], memory_kv,
+                                       self.memory_mask.index_select(0, index), self.offset)
 
 
 class TransformerDecoder(_Stack):
@@ -487,18 +441,27 @@ class TransformerDecoder(_Stack):
         _check_memory(memory, tgt_in, self.num_hiddens)
         mask = None
         if src_valid_lens is not None:
-            mask = _key_mask(_src_lens(src_valid_lens, memory, "memory"), memory.shape[1])
+            mask = padding_mask(_src_lens(src_valid_lens, memory, "memory"), memory.shape[1])
+        return self._decode(tgt_in, memory, mask)
+
+    def _decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None) -> torch.Tensor:
+        """The stack itself, for checked inputs and a source keep-mask (B, 1, S) or ``None``."""
         X = self.embed(tgt_in)
         for block in self.blocks:
-            X = block(X, memory, src_mask=mask)
+            X = block(X, memory, memory_mask)
         return self.dense(self.norm(X))
 
-    def init_state(self, memory: torch.Tensor, src_valid_lens: torch.Tensor) -> TransformerDecoderState:
-        """Empty self-attention caches and the cross-attention keys/values projected once per block."""
+    def init_state(self, memory: torch.Tensor, memory_mask: torch.Tensor) -> TransformerDecoderState:
+        """Empty self-attention caches and the cross-attention keys/values projected once per block.
+
+        Args:
+            memory: (B, S, d) the encoder output.
+            memory_mask: (B, 1, S) bool keep-mask of the real source positions.
+        """
         return TransformerDecoderState(
             self_caches=[KVCache() for _ in self.blocks],
-            cross_caches=[block.project_memory(memory) for block in self.blocks],
-            src_mask=_key_mask(src_valid_lens.to(memory.device), memory.shape[1]),
+            memory_kv=[block.project_memory(memory) for block in self.blocks],
+            memory_mask=memory_mask,
         )
 
     def step(self, tokens: torch.Tensor,
@@ -514,8 +477,8 @@ class TransformerDecoder(_Stack):
         """
         state = state.next_step()
         X = self.embed(tokens, state.offset)
-        for block, self_cache, cross_cache in zip(self.blocks, state.self_caches, state.cross_caches, strict=True):
-            X = block.step(X, self_cache, cross_cache, src_mask=state.src_mask)
+        for block, self_cache, memory_kv in zip(self.blocks, state.self_caches, state.memory_kv, strict=True):
+            X = block.step(X, self_cache, memory_kv, state.memory_mask)
         state.offset += tokens.shape[1]
         return self.dense(self.norm(X)), state
 
@@ -620,8 +583,10 @@ class Transformer(nn.Module):
             raise ValueError(f"src and tgt_in must have the same batch size, got shapes {tuple(src.shape)} and "
                              f"{tuple(tgt_in.shape)}")
         self._check_length(tgt_in.shape[1], "tgt_in")
-        memory = self.encode(src, src_valid_lens)
-        return self.decoder(tgt_in, memory, src_valid_lens)
+        check_tokens(src, "src", "(batch, S)", self.config.src_vocab_size)
+        self._check_length(src.shape[1], "src")
+        mask = padding_mask(_src_lens(src_valid_lens, src, "src"), src.shape[1])  # padding enters once
+        return self.decoder._decode(tgt_in, self.encoder._encode(src, mask), mask)
 
     def encode(self, src: torch.Tensor, src_valid_lens: torch.Tensor) -> torch.Tensor:
         """Encode the source; returns the memory (B, S, d) (opaque to callers)."""
@@ -641,7 +606,8 @@ class Transformer(nn.Module):
         check_ndim(memory, "memory", 3, "(batch, S, num_hiddens)")
         if memory.shape[2] != self.config.num_hiddens:
             raise ValueError(f"memory must have shape (batch, S, {self.config.num_hiddens}), got {tuple(memory.shape)}")
-        return self.decoder.init_state(memory, _src_lens(src_valid_lens, memory, "memory"))
+        mask = padding_mask(_src_lens(src_valid_lens, memory, "memory"), memory.shape[1])
+        return self.decoder.init_state(memory, mask)
 
     def decode_step(self, tokens: torch.Tensor,
                     state: TransformerDecoderState) -> tuple[torch.Tensor, TransformerDecoderState]:
@@ -671,7 +637,7 @@ class Transformer(nn.Module):
             state: a decoder state (left unchanged).
             index: (B',) integer indices in ``[0, B)``.
         """
-        return state.index_select(check_batch_index(index, state.batch_size, state.src_mask.device))
+        return state.index_select(check_batch_index(index, state.batch_size, state.memory_mask.device))
 
     def _check_length(self, length: int, what: str) -> None:
         if length > self.config.max_len:

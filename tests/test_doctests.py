@@ -34,6 +34,8 @@ def test_docstring_examples_run(name):
     runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
     for test in _examples(name):
         test.globs.setdefault("torch", torch)
+        for public in course_lib.__all__:  # examples may use any public name, as a reader would after an import
+            test.globs.setdefault(public, getattr(course_lib, public))
         runner.run(test)
     failed, attempted = runner.summarize(verbose=False)
     assert failed == 0, f"{failed} of {attempted} examples in {name} failed (see the output above)"

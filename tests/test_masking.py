@@ -259,7 +259,7 @@ def test_non_bool_mask_is_a_type_error():
 @pytest.mark.parametrize("mask_shape", [(2, 4), (2, 2, 3)])
 def test_mask_that_does_not_broadcast_to_scores_is_rejected(mask_shape):
     # (2, 2, 3) broadcasts *with* (2, 3) but would turn the weights into (2, 2, 3): rejected too.
-    with pytest.raises(ValueError, match=r"mask of shape .* does not broadcast to X of shape \(2, 3\)"):
+    with pytest.raises(ValueError, match=r"mask of shape .* does not broadcast to the scores' shape \(2, 3\)"):
         masked_softmax(torch.zeros(2, 3), mask=torch.ones(mask_shape, dtype=torch.bool))
 
 

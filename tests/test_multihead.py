@@ -1,4 +1,4 @@
-"""Tests for course_lib.multihead: MultiHeadAttention, KVCache, store_attention_weights.
+"""Tests for course_lib.multihead: MultiHeadAttention, KVCache, and recording its weights.
 
 References: torch.nn.MultiheadAttention with the same weights, a brute-force loop over
 (batch, head, query), F.scaled_dot_product_attention semantics, autograd.gradcheck.
@@ -12,7 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from course_lib.multihead import KVCache, MultiHeadAttention, store_attention_weights
+from course_lib import padding_mask, recording_attention, store_attention_weights
+from course_lib.attention_kernels import explicit_kernel, fused_kernel
+from course_lib.multihead import KVCache, MultiHeadAttention
 
 D, H = 16, 4
 
@@ -40,8 +42,19 @@ def torch_twin(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     return theirs
 
 
+def with_lengths(mask, valid_lens, n_keys):
+    """The keep-mask of ``valid_lens`` (padding) and-ed with ``mask`` (3-D or 4-D), as a model builds it."""
+    keep = padding_mask(valid_lens, n_keys)  # (B, 1 or Tq, Tk)
+    if mask is None:
+        return keep
+    return (keep.unsqueeze(1) if mask.dim() == 4 else keep) & mask
+
+
 def run(mha: MultiHeadAttention, *args, explicit: bool, **kwargs) -> torch.Tensor:
-    store_attention_weights(mha, explicit)
+    """A call through the fused kernel, or through the explicit one while recording the weights."""
+    mha.record_weights = explicit
+    if "valid_lens" in kwargs:
+        kwargs["mask"] = with_lengths(kwargs.get("mask"), kwargs.pop("valid_lens"), args[1].shape[1])
     return mha(*args, **kwargs)
 
 
@@ -272,20 +285,20 @@ def test_self_attention_is_permutation_equivariant(perm, explicit, seed):
 @pytest.mark.parametrize("explicit", [False, True])
 def test_gradcheck_float64(explicit):
     mha = make_mha(True, seed=14, d=4, h=2, dtype=torch.float64)
-    store_attention_weights(mha, explicit)
+    mha.record_weights = explicit
     queries = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
     keys = torch.randn(2, 4, 4, dtype=torch.float64, requires_grad=True)
     values = torch.randn(2, 4, 4, dtype=torch.float64, requires_grad=True)
-    valid_lens = torch.tensor([3, 0])  # includes a fully masked example
-    assert torch.autograd.gradcheck(lambda q, k, v: mha(q, k, v, valid_lens=valid_lens), (queries, keys, values))
+    keep = padding_mask(torch.tensor([3, 0]), 4)  # includes a fully masked example
+    assert torch.autograd.gradcheck(lambda q, k, v: mha(q, k, v, keep), (queries, keys, values))
     assert torch.autograd.gradcheck(lambda q: mha(q, q, q, causal=True), (queries,))
 
 
 def test_attention_weights_are_a_distribution_over_allowed_keys():
     mha = make_mha(False, seed=15)
-    store_attention_weights(mha, True)
     queries, keys = torch.randn(2, 3, D), torch.randn(2, 5, D)
-    mha(queries, keys, keys, valid_lens=torch.tensor([5, 2]))
+    with recording_attention(mha):
+        mha(queries, keys, keys, padding_mask(torch.tensor([5, 2]), 5))
     weights = mha.attention_weights
     assert weights.shape == (2, H, 3, 5)
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, H, 3))
@@ -295,9 +308,9 @@ def test_attention_weights_are_a_distribution_over_allowed_keys():
 
 def test_notes_shapes():
     mha = MultiHeadAttention(512, 8).eval()
-    store_attention_weights(mha, True)
     x = torch.randn(30, 50, 512)
-    assert mha(x, x, x, valid_lens=torch.randint(1, 51, (30,))).shape == (30, 50, 512)
+    with recording_attention(mha):
+        assert mha(x, x, x, padding_mask(torch.randint(1, 51, (30,)), 50)).shape == (30, 50, 512)
     assert mha.attention_weights.shape == (30, 8, 50, 50)
     assert mha.head_size == 64
 
@@ -313,7 +326,7 @@ def test_dropout_acts_only_in_training():
         assert not torch.allclose(run(mha, x, x, x, explicit=explicit), run(mha, x, x, x, explicit=explicit))
 
 
-def test_store_attention_weights_toggles_every_attention_module():
+def test_recording_attention_switches_every_attention_module_and_restores_it():
     class Model(nn.Module):
         def __init__(self):
             super().__init__()
@@ -321,17 +334,33 @@ def test_store_attention_weights_toggles_every_attention_module():
             self.other = nn.Linear(D, D)
 
     model = Model()
-    assert store_attention_weights(model) == 3
+    model.blocks[2].record_weights = True  # already on: stays on after the block
     x = torch.randn(1, 2, D)
+    with recording_attention(model) as modules:
+        assert modules == list(model.blocks)
+        for block in model.blocks:
+            block(x, x, x)
     for block in model.blocks:
-        block(x, x, x)
-        assert block.attention_weights.shape == (1, H, 2, 2)
-    assert store_attention_weights(model, on=False) == 3
-    assert all(b.attention_weights is None for b in model.blocks)
-    model.blocks[0](x, x, x)
-    assert model.blocks[0].attention_weights is None  # the hooks are gone
+        assert block.attention_weights.shape == (1, H, 2, 2)  # kept after the block
+    assert [b.record_weights for b in model.blocks] == [False, False, True]
+    before = model.blocks[0].attention_weights
+    model.blocks[0](2 * x, x, x)
+    assert model.blocks[0].attention_weights is before  # not recording: nothing new is kept
     with pytest.raises(TypeError, match="model"):
-        store_attention_weights("not a model")
+        with recording_attention("not a model"):
+            pass
+
+
+def test_store_attention_weights_is_a_deprecated_alias():
+    mha = MultiHeadAttention(D, H)
+    x = torch.randn(1, 2, D)
+    with pytest.warns(DeprecationWarning, match="recording_attention"):
+        assert store_attention_weights(mha) == 1
+    mha(x, x, x)
+    assert mha.attention_weights.shape == (1, H, 2, 2)
+    with pytest.warns(DeprecationWarning):
+        store_attention_weights(mha, False)
+    assert mha.attention_weights is None and not mha.record_weights
 
 
 # ---------------------------------------------------------------- bad inputs
@@ -362,10 +391,11 @@ def _bad_forward_cases():
         "two_dim_queries": ((x[0], k, k), {}, ValueError, "3-D"),
         "integer_queries": ((x.long(), k, k), {}, TypeError, "floating"),
         "dtype_mismatch": ((x.double(), k.double(), k.double()), {}, TypeError, "dtype"),
-        "valid_lens_shape": ((x, k, k), {"valid_lens": torch.tensor([1, 2, 3])}, ValueError, r"valid_lens.*\(3,\)"),
-        "valid_lens_too_long": ((x, k, k), {"valid_lens": torch.tensor([6, 1])}, ValueError, "valid_lens"),
-        "valid_lens_negative": ((x, k, k), {"valid_lens": torch.tensor([-1, 1])}, ValueError, "valid_lens"),
-        "valid_lens_fractional": ((x, k, k), {"valid_lens": torch.tensor([1.5, 1.0])}, TypeError, "valid_lens"),
+        "lengths_not_a_mask": ((x, k, k), {"mask": torch.tensor([5, 2])}, TypeError, "bool"),
+        "mask_of_other_batch": ((x, k, k), {"mask": padding_mask(torch.tensor([1, 2, 3]), 5)}, ValueError,
+                                r"mask.*\(3, 1, 5\)"),
+        "mask_of_other_keys": ((x, k, k), {"mask": padding_mask(torch.tensor([1, 2]), 6)}, ValueError, "mask"),
+        "kv_and_keys": ((x, k, k), {"kv": (k, k)}, ValueError, "not both"),
         "mask_not_bool": ((x, k, k), {"mask": torch.ones(3, 5)}, TypeError, "bool"),
         "mask_wrong_shape": ((x, k, k), {"mask": torch.ones(3, 4, dtype=torch.bool)}, ValueError, r"mask.*\(3, 4\)"),
         "mask_wrong_heads": ((x, k, k), {"mask": torch.ones(2, 3, 3, 5, dtype=torch.bool)}, ValueError, "mask"),
@@ -400,7 +430,7 @@ def test_cache_from_another_batch_raises():
 
 @pytest.mark.parametrize(
     ("index", "error"),
-    [([0, 1], TypeError), (torch.tensor([[0]]), ValueError), (torch.tensor([0.0]), ValueError),
+    [([0, 1], TypeError), (torch.tensor([[0]]), ValueError), (torch.tensor([0.0]), TypeError),
      (torch.tensor([2]), ValueError), (torch.tensor([-1]), ValueError)],
 )
 def test_bad_reorder_index_raises(index, error):
@@ -447,36 +477,68 @@ def test_a_torch_key_padding_mask_is_refused_not_read_with_the_opposite_meaning(
     with pytest.raises(ValueError, match="key_padding_mask"):
         mha(q, kv, kv, mask=key_padding_mask)
     lens = torch.tensor([5, 3, 1])
-    torch.testing.assert_close(mha(q, kv, kv, mask=~key_padding_mask[:, None, :]), mha(q, kv, kv, valid_lens=lens))
+    torch.testing.assert_close(mha(q, kv, kv, mask=~key_padding_mask[:, None, :]),
+                               mha(q, kv, kv, mask=padding_mask(lens, 5)))
 
 
-def test_valid_lens_may_be_a_list_or_a_tensor():
+def test_padding_mask_lengths_may_be_a_list_or_a_tensor():
     mha = MultiHeadAttention(8, 2).eval()
     q = torch.randn(2, 4, 8)
-    torch.testing.assert_close(mha(q, q, q, valid_lens=[4, 2]), mha(q, q, q, valid_lens=torch.tensor([4, 2])))
+    torch.testing.assert_close(mha(q, q, q, padding_mask([4, 2], 4)),
+                               mha(q, q, q, padding_mask(torch.tensor([4, 2]), 4)))
 
 
-def test_need_weights_returns_the_explicit_paths_weights_beside_the_same_output():
+def test_recording_keeps_the_explicit_kernels_weights_beside_the_same_output():
     torch.manual_seed(2)
     mha = MultiHeadAttention(D, H).eval()
     q, kv = torch.randn(2, 3, D), torch.randn(2, 5, D)
-    lens = torch.tensor([5, 2])
-    out, weights = mha(q, kv, kv, valid_lens=lens, need_weights=True)
-    torch.testing.assert_close(out, mha(q, kv, kv, valid_lens=lens))
+    keep = padding_mask(torch.tensor([5, 2]), 5)
+    fast = mha(q, kv, kv, keep)
+    with recording_attention(mha):
+        out = mha(q, kv, kv, keep)
+    assert isinstance(out, torch.Tensor)  # one return type, whatever is recorded
+    torch.testing.assert_close(out, fast)
+    weights = mha.attention_weights
     assert weights.shape == (2, H, 3, 5)
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, H, 3))
     assert torch.all(weights[1, :, :, 2:] == 0)
-    assert not hasattr(mha, "store_weights")  # no flag switches the algorithm
 
 
-def test_a_model_with_the_weights_hooks_on_can_be_deep_copied():
+@pytest.mark.parametrize("kernel", [explicit_kernel, fused_kernel])
+def test_any_kernel_plugs_in_without_changing_the_module(kernel):
+    torch.manual_seed(3)
+    mha = make_mha(True, seed=3)
+    x = torch.randn(2, 5, D)
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return kernel(*args, **kwargs)
+
+    reference = mha(x, x, x, padding_mask([5, 3], 5), causal=True)
+    mha.kernel = spy
+    torch.testing.assert_close(mha(x, x, x, padding_mask([5, 3], 5), causal=True), reference)
+    assert calls and calls[0]["causal"] is True and "spy" in repr(mha)
+
+
+def test_a_model_recording_its_weights_can_be_deep_copied():
     import copy
 
     mha = MultiHeadAttention(D, H)
-    store_attention_weights(mha)
+    mha.record_weights = True
     twin = copy.deepcopy(mha)
     x = torch.randn(1, 2, D)
     assert isinstance(twin(x, x, x), torch.Tensor) and twin.attention_weights.shape == (1, H, 2, 2)
-    store_attention_weights(twin, False)
-    twin(x, x, x)
-    assert twin.attention_weights is None and not twin._forward_hooks and not twin._forward_pre_hooks
+    assert mha.attention_weights is None
+
+
+# --- grouped-query attention and projected keys/values ----------------------------------------------
+
+
+def test_projected_kv_equals_passing_the_keys():
+    mha = make_mha(True, seed=4)
+    q, memory = torch.randn(2, 3, D), torch.randn(2, 7, D)
+    keep = padding_mask([7, 4], 7)
+    torch.testing.assert_close(mha(q, mask=keep, kv=mha.project_kv(memory)), mha(q, memory, memory, keep))
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        mha(q, kv=tuple(t[:, :2] for t in mha.project_kv(memory)))

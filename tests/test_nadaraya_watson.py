@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.func import functional_call
 
+from course_lib import recording_attention
 from course_lib.nadaraya_watson import (
     NWKernelRegression,
     fit_nw_kernel_regression,
@@ -206,7 +207,10 @@ def _loop_nw_model(w, queries, keys_per_query, values_per_query):
 def test_model_with_shared_keys_matches_loop_and_the_gaussian_estimator():
     x, y, x_query = _data_1d()
     model = NWKernelRegression(init_w=2.0).double()
-    out = model(x_query, x, y)
+    model(x_query, x, y)
+    assert model.attention_weights is None  # kept only while recording
+    with recording_attention(model):
+        out = model(x_query, x, y)
     expected = _loop_nw_model(2.0, x_query.tolist(), [x.tolist()] * 7, [y.tolist()] * 7)
     torch.testing.assert_close(out, expected.detach())
     assert model.attention_weights.shape == (7, 12)

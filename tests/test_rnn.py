@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from course_lib import recording_attention
 from course_lib.rnn import BahdanauSeq2Seq, Seq2SeqRNN, Seq2SeqRNNConfig
 
 SRC_V, TGT_V = 11, 9
@@ -113,7 +114,10 @@ def test_attention_weights_are_kept_per_step_and_ignore_padding():
     src, lens, tgt_in = _batch(T=3)
     with torch.no_grad():
         model(src, lens, tgt_in)
-    weights = model.decoder.attention_weights
+    assert model.decoder.stacked_attention_weights() is None  # kept only while recording
+    with torch.no_grad(), recording_attention(model):
+        model(src, lens, tgt_in)
+    weights = model.decoder.step_weights
     assert len(weights) == 3 and all(w.shape == (4, 1, src.shape[1]) for w in weights)
     stacked = model.decoder.stacked_attention_weights()
     assert stacked.shape == (4, 3, src.shape[1])
@@ -121,15 +125,15 @@ def test_attention_weights_are_kept_per_step_and_ignore_padding():
     beyond = torch.arange(src.shape[1]) >= lens[:, None]  # (B, S)
     assert torch.all(stacked[beyond[:, None, :].expand_as(stacked)] == 0)
     # A new forward starts a new list.
-    with torch.no_grad():
+    with torch.no_grad(), recording_attention(model):
         model(src, lens, tgt_in[:, :1])
-    assert len(model.decoder.attention_weights) == 1
+    assert len(model.decoder.step_weights) == 1
 
 
 def test_empty_source_gives_finite_logits_and_zero_attention():
     model = _model(BahdanauSeq2Seq)
     src, _, tgt_in = _batch(lens=(3, 3))
-    with torch.no_grad():
+    with torch.no_grad(), recording_attention(model):
         logits = model(src, torch.tensor([0, 3]), tgt_in)
     assert torch.isfinite(logits).all()
     assert torch.all(model.decoder.stacked_attention_weights()[0] == 0)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from torch.func import functional_call
 
+from course_lib import padding_mask, recording_attention
 from course_lib.scoring import (
     AdditiveAttention,
     BilinearAttention,
@@ -68,7 +69,8 @@ def test_worked_example_scores_are_the_closed_form():
 
 def test_worked_example_weights_and_output():
     attention = DotProductAttention(scaled=False)
-    out = attention(Q, K, V)
+    with recording_attention(attention):
+        out = attention(Q, K, V)
     e = [math.exp(3), math.exp(-3), math.exp(1)]
     row0 = [x / sum(e) for x in e]
     torch.testing.assert_close(attention.attention_weights[0, 0], torch.tensor(row0, dtype=torch.float64))
@@ -139,7 +141,7 @@ def test_dot_product_attention_with_valid_lens_matches_sdpa_with_bool_mask(per_q
     lens = torch.randint(1, 7, (3, 4) if per_query else (3,), generator=g)
     mask = torch.arange(6) < (lens[:, None, None] if not per_query else lens[..., None])  # (3, 4 or 1, 6)
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    torch.testing.assert_close(DotProductAttention()(q, k, v, lens), expected)
+    torch.testing.assert_close(DotProductAttention()(q, k, v, padding_mask(lens, 6)), expected)
     torch.testing.assert_close(DotProductAttention()(q, k, v, mask=mask), expected)
 
 
@@ -151,7 +153,7 @@ def test_unscaled_dot_product_attention_matches_sdpa_with_scale_one():
 
 def test_fully_masked_query_gets_a_zero_output_not_nan():
     q, k, v = _randn(2, 3, 4, seed=1), _randn(2, 5, 4, seed=2), _randn(2, 5, 3, seed=3)
-    out = DotProductAttention()(q, k, v, torch.tensor([[0, 2, 5], [5, 0, 1]]))
+    out = DotProductAttention()(q, k, v, padding_mask(torch.tensor([[0, 2, 5], [5, 0, 1]]), 5))
     assert torch.all(out[0, 0] == 0) and torch.all(out[1, 1] == 0)
     assert torch.isfinite(out).all()
 
@@ -170,7 +172,7 @@ def test_additive_attention_module_matches_loop():
 
     lens = torch.tensor([2, 5])
     expected = _loop_attention(_pairwise(q, k, score), v, lens)
-    torch.testing.assert_close(attention(q, k, v, lens), expected)
+    torch.testing.assert_close(attention(q, k, v, padding_mask(lens, 5)), expected)
 
 
 @pytest.mark.parametrize("scaled", [False, True])
@@ -185,7 +187,8 @@ def test_bilinear_attention_module_matches_loop(scaled):
         return s / math.sqrt(6) if scaled else s
 
     lens = torch.tensor([4, 1])
-    torch.testing.assert_close(attention(q, k, v, lens), _loop_attention(_pairwise(q, k, score), v, lens))
+    torch.testing.assert_close(attention(q, k, v, padding_mask(lens, 5)),
+                               _loop_attention(_pairwise(q, k, score), v, lens))
 
 
 def test_cosine_attention_module_matches_loop():
@@ -195,7 +198,8 @@ def test_cosine_attention_module_matches_loop():
         return _dot(a, b) / math.sqrt(_dot(a, a) * _dot(b, b)) / 0.1
 
     lens = torch.tensor([5, 3])
-    torch.testing.assert_close(CosineAttention(0.1)(q, k, v, lens), _loop_attention(_pairwise(q, k, score), v, lens))
+    torch.testing.assert_close(CosineAttention(0.1)(q, k, v, padding_mask(lens, 5)),
+                               _loop_attention(_pairwise(q, k, score), v, lens))
 
 
 # --- properties shared by all modules ----------------------------------------------------------
@@ -232,9 +236,10 @@ def test_masked_keys_and_values_do_not_change_the_output(kind, size, seed):
     k2 = torch.where(padded, _randn(*k.shape, seed=seed + 3) * 1e3, k)
     v2 = torch.where(padded, _randn(*v.shape, seed=seed + 4) * 1e3, v)
     attention = _make(kind, q.shape[-1], k.shape[-1])
-    out = attention(q, k, v, lens)
+    with recording_attention(attention):
+        out = attention(q, k, v, padding_mask(lens, n_k))
     weights = attention.attention_weights
-    torch.testing.assert_close(attention(q, k2, v2, lens), out)
+    torch.testing.assert_close(attention(q, k2, v2, padding_mask(lens, n_k)), out)
     assert torch.all(weights.masked_select(padded.transpose(1, 2)) == 0)
 
 
@@ -242,7 +247,8 @@ def test_masked_keys_and_values_do_not_change_the_output(kind, size, seed):
 def test_output_is_a_convex_combination_of_the_values(kind, size, seed):
     q, k, v = _inputs(kind, size, seed)
     attention = _make(kind, q.shape[-1], k.shape[-1])
-    out = attention(q, k, v)
+    with recording_attention(attention):
+        out = attention(q, k, v)
     w = attention.attention_weights
     assert w.shape == (size[0], size[1], size[2])
     assert torch.all(w >= 0)
@@ -257,9 +263,10 @@ def test_dot_product_weights_ignore_a_shift_shared_by_all_keys(size, seed, scale
     q, k, v = _inputs("dot", size, seed)
     u = _randn(size[0], 1, size[3], seed=seed + 5) * 3
     attention = DotProductAttention(scaled=scaled)
-    attention(q, k, v)
-    before = attention.attention_weights
-    attention(q, k + u, v)
+    with recording_attention(attention):
+        attention(q, k, v)
+        before = attention.attention_weights
+        attention(q, k + u, v)
     torch.testing.assert_close(attention.attention_weights, before)
 
 
@@ -291,7 +298,7 @@ def test_equal_scores_give_average_pooling(kind):
         with torch.no_grad():
             attention.W_k.weight.zero_()
     lens = torch.tensor([5, 2])
-    out = attention(q, k, v, lens)
+    out = attention(q, k, v, padding_mask(lens, 5))
     torch.testing.assert_close(out[0], v[0].mean(0).expand(3, 3))
     torch.testing.assert_close(out[1], v[1, :2].mean(0).expand(3, 3))
 
@@ -303,7 +310,7 @@ def test_equal_scores_give_average_pooling(kind):
 def test_gradcheck_in_float64(kind):
     q, k, v = (t.requires_grad_() for t in _inputs(kind, (2, 3, 4, 3), 7))
     attention = _make(kind, q.shape[-1], k.shape[-1])
-    lens = torch.tensor([[4, 0, 2], [1, 3, 4]])
+    lens = padding_mask(torch.tensor([[4, 0, 2], [1, 3, 4]]), 4)
     assert torch.autograd.gradcheck(lambda a, b, c: attention(a, b, c, lens), (q, k, v))
     names = [name for name, _ in attention.named_parameters()]
     if names:  # the learned weights get correct gradients too
@@ -328,7 +335,8 @@ def test_additive_attention_with_different_query_and_key_sizes_lazy_and_explicit
     assert lazy.W_q.weight.shape == (6, 4) and lazy.W_k.weight.shape == (6, 7)
     torch.manual_seed(0)
     explicit = AdditiveAttention(6, query_size=4, key_size=7)
-    assert explicit(q, k, v, torch.tensor([2, 5])).shape == (2, 3, 3)
+    explicit.record_weights = True
+    assert explicit(q, k, v, padding_mask(torch.tensor([2, 5]), 5)).shape == (2, 3, 3)
     assert explicit.attention_weights.shape == (2, 3, 5)
     with pytest.raises(ValueError, match=r"queries has size 5 .*built for 4"):
         explicit(_randn(2, 3, 5, dtype=torch.float32), k, v)
@@ -346,7 +354,8 @@ def test_dropout_acts_only_in_train_mode():
     torch.testing.assert_close(attention(q, k, v), reference)
     attention.train()
     torch.manual_seed(0)
-    out = attention(q, k, v)
+    with recording_attention(attention):
+        out = attention(q, k, v)
     kept = out != 0
     assert kept.any() and (~kept).any()
     torch.testing.assert_close(out[kept], 2 * reference[kept])  # inverted dropout rescales by 1/(1-p)
@@ -359,8 +368,12 @@ def test_attention_weights_have_shape_batch_queries_keys(kind):
     attention = _make(kind, q.shape[-1], k.shape[-1])
     assert attention.attention_weights is None
     assert attention(q, k, v).shape == (2, 3, 3)
+    assert attention.attention_weights is None  # kept only while recording
+    with recording_attention(attention) as modules:
+        assert modules == [attention] and attention(q, k, v).shape == (2, 3, 3)
     assert attention.attention_weights.shape == (2, 3, 6)
     assert not attention.attention_weights.requires_grad
+    assert not attention.record_weights
 
 
 # --- bad input --------------------------------------------------------------------------------------
@@ -402,12 +415,12 @@ def test_wrong_rank_and_dtype_are_rejected():
         attention(_randn(2, 3, 4), _randn(2, 5, 4), [[1.0]])
 
 
-def test_valid_lens_errors_reach_the_caller_from_a_module():
+def test_mask_errors_reach_the_caller_from_a_module():
     q, k, v = _randn(2, 3, 4), _randn(2, 5, 4), _randn(2, 5, 3)
-    with pytest.raises(ValueError, match="exceed"):
-        DotProductAttention()(q, k, v, torch.tensor([6, 1]))
-    with pytest.raises(TypeError, match="non-integer"):
-        DotProductAttention()(q, k, v, torch.tensor([1.5, 1.0]))
+    with pytest.raises(TypeError, match="mask must be a bool tensor"):  # lengths are not a mask
+        DotProductAttention()(q, k, v, torch.tensor([5, 1]))
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 4\) does not broadcast"):
+        DotProductAttention()(q, k, v, padding_mask(torch.tensor([4, 1]), 4))
 
 
 def test_bad_weight_matrices_are_rejected():

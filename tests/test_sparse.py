@@ -17,7 +17,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 import course_lib as cl
-from course_lib.multihead import KVCache, MultiHeadAttention, store_attention_weights
+from course_lib import padding_mask, recording_attention
+from course_lib.multihead import KVCache, MultiHeadAttention
 from course_lib.sparse import (
     SparseMultiHeadAttention,
     default_stride,
@@ -368,9 +369,8 @@ def test_no_tensor_of_n_squared_entries_is_built(pattern, causal):
         (lambda q, k, v: strided_attention(q, k, v, 2, key_mask=torch.ones(2, 5, dtype=torch.bool)), ValueError,
          r"key_mask must have shape \(2, 8\)"),
         (lambda q, k, v: strided_attention(q, k, v, 2, dropout_p=1.0), ValueError, "dropout_p"),
-        (lambda q, k, v: fused_attention(q, k, v, mask=torch.ones(8, 8, dtype=torch.bool), is_causal=True),
-         ValueError, "not both"),
-        (lambda q, k, v: dense_attention(q, k[..., :2], v), ValueError, "same size d"),
+        (lambda q, k, v: fused_attention(q, k, v, mask=torch.ones(8, 8), is_causal=True), TypeError, "bool"),
+        (lambda q, k, v: dense_attention(q, k[..., :2], v), ValueError, "queries and keys do not match"),
     ],
 )
 def test_bad_attention_inputs_raise(call, error, match):
@@ -477,12 +477,12 @@ def brute_force_mha(mha, x, allowed):
 @pytest.mark.parametrize(("pattern", "c"), [("strided", 1), ("fixed", 2)])
 def test_module_matches_brute_force_loop(pattern, c, causal, store_weights):
     _, mha = make_pair(pattern, 4, c, seed=1)
-    store_attention_weights(mha, store_weights)
+    mha.record_weights = store_weights  # recording runs the explicit kernel with the dense pattern
     x = torch.randn(2, 11, D, dtype=torch.float64)
     lens = torch.tensor([11, 6])
     pat = loop_fixed(11, 4, c, causal) if pattern == "fixed" else loop_strided(11, 4, causal)
     expected = brute_force_mha(mha, x, lambda b, i, j: bool(pat[i, j]) and j < lens[b])
-    torch.testing.assert_close(mha(x, x, x, valid_lens=lens, causal=causal), expected)
+    torch.testing.assert_close(mha(x, x, x, padding_mask(lens, 11), causal=causal), expected)
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -490,10 +490,9 @@ def test_module_matches_brute_force_loop(pattern, c, causal, store_weights):
 def test_module_equals_dense_module_with_the_pattern_mask(pattern, c, causal):
     dense, mha = make_pair(pattern, 5, c, seed=2)
     x = torch.randn(3, 17, D, dtype=torch.float64)
-    lens = torch.tensor([[17] * 17, [3] * 17, list(range(17))])  # per-query lengths
+    keep = padding_mask(torch.tensor([17, 3, 11]), 17)  # (B, 1, n): marks keys only
     mask = dense_pattern(pattern, 17, 5, c, causal)
-    torch.testing.assert_close(mha(x, x, x, valid_lens=lens, causal=causal),
-                               dense(x, x, x, valid_lens=lens, mask=mask))
+    torch.testing.assert_close(mha(x, x, x, keep, causal=causal), dense(x, x, x, keep & mask))
 
 
 def test_module_accepts_the_encoders_key_mask():
@@ -501,23 +500,22 @@ def test_module_accepts_the_encoders_key_mask():
     x = torch.randn(2, 10, D, dtype=torch.float64)
     lens = torch.tensor([10, 7])
     key_mask = (torch.arange(10) < lens[:, None])[:, None, None, :]  # (B, 1, 1, n), as TransformerEncoder builds it
-    torch.testing.assert_close(mha(x, x, x, mask=key_mask), mha(x, x, x, valid_lens=lens))
+    torch.testing.assert_close(mha(x, x, x, mask=key_mask), mha(x, x, x, padding_mask(lens, 10)))
     torch.testing.assert_close(mha(x, x, x, mask=key_mask),
                                dense(x, x, x, mask=key_mask & fixed_pattern(10, 4, 1, causal=False)))
 
 
 def test_stored_weights_live_in_the_pattern():
     _, mha = make_pair("strided", 3, seed=4)
-    store_attention_weights(mha)
     x = torch.randn(2, 10, D, dtype=torch.float64)
-    mha(x, x, x, causal=True)
+    with recording_attention(mha):
+        mha(x, x, x, causal=True)
     weights = mha.attention_weights
     assert weights.shape == (2, H, 10, 10)
     assert torch.equal(weights != 0, strided_pattern(10, 3).expand(2, H, 10, 10))
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, H, 10, dtype=torch.float64))
-    store_attention_weights(mha, False)
-    mha(x, x, x, causal=True)
-    assert mha.attention_weights is None
+    mha(2 * x, x, x, causal=True)
+    assert mha.attention_weights is weights  # not recording any more
 
 
 @pytest.mark.parametrize("pattern", ["strided", "fixed"])
@@ -547,7 +545,8 @@ def test_stride_none_uses_the_default_stride_of_each_length():
 def test_module_gradcheck_float64():
     _, mha = make_pair("strided", 2, seed=7)
     x = torch.randn(2, 5, D, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda t: mha(t, t, t, causal=True, valid_lens=torch.tensor([5, 3])), (x,))
+    keep = padding_mask(torch.tensor([5, 3]), 5)
+    assert torch.autograd.gradcheck(lambda t: mha(t, t, t, keep, causal=True), (x,))
 
 
 def test_dropout_acts_only_in_training():
@@ -580,10 +579,10 @@ def test_bad_construction_raises(kwargs, error, match):
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
-        (lambda m, x: m(x, x[:, :4], x[:, :4]), ValueError, "as many queries as keys"),
         (lambda m, x: m(x, x, x, mask=torch.ones(6, 6, dtype=torch.bool)), ValueError, "only a key"),
         (lambda m, x: m(x, x, x, mask=torch.ones(2, 1, 1, 6)), TypeError, "mask must be a bool"),
-        (lambda m, x: m(x, x, x, valid_lens=torch.tensor([1, 2, 3])), ValueError, "valid_lens must have shape"),
+        (lambda m, x: m(x, x, x, padding_mask(torch.tensor([1, 2, 3]), 6)), ValueError, "does not broadcast"),
+        (lambda m, x: m(x, x, x, padding_mask(torch.tensor([[1] * 6, [2] * 6]), 6)), ValueError, "only a key"),
         (lambda m, x: m(x, x, x, causal="yes"), TypeError, "causal must be a bool"),
         (lambda m, x: m(x.long(), x, x), TypeError, "floating"),
     ],
@@ -592,6 +591,21 @@ def test_bad_forward_inputs_raise(call, error, match):
     mha = SparseMultiHeadAttention(D, H, "strided", stride=2)
     with pytest.raises(error, match=match):
         call(mha, torch.randn(2, 6, D))
+
+
+def test_fused_attention_ands_a_mask_with_is_causal():
+    q, k, v = (torch.randn(2, 7, 4, dtype=torch.float64) for _ in range(3))
+    mask = torch.rand(7, 7, generator=torch.Generator().manual_seed(0)) > 0.4
+    torch.testing.assert_close(fused_attention(q, k, v, mask, is_causal=True),
+                               dense_attention(q, k, v, mask & cl.causal_mask(7)))
+
+
+@pytest.mark.parametrize("pattern", ["strided", "fixed"])
+def test_fewer_queries_than_keys_get_the_last_rows_of_the_pattern(pattern):
+    _, mha = make_pair(pattern, 3, 1, seed=8)
+    x = torch.randn(2, 10, D, dtype=torch.float64)
+    for causal in (True, False):
+        torch.testing.assert_close(mha(x[:, 6:], x, x, causal=causal), mha(x, x, x, causal=causal)[:, 6:])
 
 
 def test_fixed_pattern_with_default_stride_checks_c_at_call_time():
@@ -673,11 +687,11 @@ def test_use_sparse_attention_needs_transformer_blocks():
         use_sparse_attention("model")
 
 
-def test_swapping_in_sparse_attention_keeps_the_weights_hooks_on():
+def test_swapping_in_sparse_attention_keeps_the_recording_flag():
     from course_lib.transformer import TransformerEncoder
 
     encoder = TransformerEncoder(20, D, 2 * D, H, 1)
-    store_attention_weights(encoder)
+    encoder.blocks[0].attention.record_weights = True
     use_sparse_attention(encoder, "strided", 3)
     encoder(torch.randint(0, 20, (2, 9)))
     assert encoder.blocks[0].attention.attention_weights.shape == (2, H, 9, 9)

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from course_lib.multihead import store_attention_weights
+from course_lib import attention_modules, padding_mask
 from course_lib.transformer import (
     AddNorm,
     PositionWiseFFN,
@@ -275,14 +275,20 @@ def test_addnorm_layer_norm_matches_torch_layer_norm_module():
 # ------------------------------------------------------------------------------- encoder block
 
 
+def explicit_path(model: nn.Module, on: bool) -> None:
+    """Run every attention module of ``model`` through the explicit kernel (recording) or the fused one."""
+    for module in attention_modules(model):
+        module.record_weights = on
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("explicit", [False, True])
 def test_encoder_block_equals_its_equations_step_by_step(norm_first, explicit):
     block = make_encoder_block(norm_first)
-    store_attention_weights(block, explicit)
+    explicit_path(block, explicit)
     X, lens = randn(3, 5, D), torch.tensor([5, 3, 1])
     expected = encoder_block_by_hand(block, X, padding_keep(lens, 5, 5))
-    torch.testing.assert_close(block(X, valid_lens=lens), expected)
+    torch.testing.assert_close(block(X, padding_mask(lens, 5)), expected)
     torch.testing.assert_close(block(X), encoder_block_by_hand(block, X, torch.ones(3, 5, 5, dtype=torch.bool)))
 
 
@@ -338,7 +344,7 @@ def test_encoder_block_matches_torch_transformer_encoder_layer(norm_first):
     theirs = _torch_encoder_layer(block)
     X, lens = randn(3, 6, D, seed=1), torch.tensor([6, 4, 2])
     pad = torch.arange(6) >= lens[:, None]  # torch.nn: True = ignore this key
-    torch.testing.assert_close(block(X, valid_lens=lens), theirs(X, src_key_padding_mask=pad))
+    torch.testing.assert_close(block(X, padding_mask(lens, 6)), theirs(X, src_key_padding_mask=pad))
     torch.testing.assert_close(block(X), theirs(X))
 
 
@@ -350,8 +356,8 @@ def test_encoder_block_is_permutation_equivariant_without_positions():
     # With padding, permuting the valid positions among themselves (padding stays at the end).
     lens = torch.tensor([5, 5])
     perm5 = torch.cat([torch.tensor([3, 0, 4, 1, 2]), torch.arange(5, 7)])
-    out = block(X, valid_lens=lens)
-    torch.testing.assert_close(block(X[:, perm5], valid_lens=lens)[:, :5], out[:, perm5][:, :5])
+    out = block(X, padding_mask(lens, 7))
+    torch.testing.assert_close(block(X[:, perm5], padding_mask(lens, 7))[:, :5], out[:, perm5][:, :5])
 
 
 def test_encoder_stack_with_positions_is_not_permutation_equivariant():
@@ -369,7 +375,7 @@ def test_encoder_padding_does_not_change_the_valid_positions():
     X2 = X.clone()
     X2[0, 4:] = randn(2, D, seed=4) * 5
     X2[1, 2:] = randn(4, D, seed=5) * 5
-    out, out2 = block(X, valid_lens=lens), block(X2, valid_lens=lens)
+    out, out2 = block(X, padding_mask(lens, 6)), block(X2, padding_mask(lens, 6))
     torch.testing.assert_close(out2[0, :4], out[0, :4])
     torch.testing.assert_close(out2[1, :2], out[1, :2])
 
@@ -381,12 +387,12 @@ def test_encoder_padding_does_not_change_the_valid_positions():
 @pytest.mark.parametrize("explicit", [False, True])
 def test_decoder_block_equals_its_equations_step_by_step(norm_first, explicit):
     block = make_decoder_block(norm_first, seed=4)
-    store_attention_weights(block, explicit)
+    explicit_path(block, explicit)
     X, memory, lens = randn(3, 5, D, seed=4), randn(3, 6, D, seed=5), torch.tensor([6, 2, 1])
     expected = decoder_block_by_hand(block, X, memory, padding_keep(lens, 5, 6))
-    torch.testing.assert_close(block(X, memory, src_valid_lens=lens), expected)
+    torch.testing.assert_close(block(X, memory, padding_mask(lens, 6)), expected)
     mask = (torch.arange(6) < lens[:, None])[:, None, None, :]  # the same padding as a (B, 1, 1, S) key mask
-    torch.testing.assert_close(block(X, memory, src_mask=mask), expected)
+    torch.testing.assert_close(block(X, memory, mask), expected)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -395,7 +401,7 @@ def test_decoder_block_matches_torch_transformer_decoder_layer(norm_first):
     theirs = _torch_decoder_layer(block)
     X, memory, lens = randn(3, 5, D, seed=6), randn(3, 4, D, seed=7), torch.tensor([4, 3, 1])
     expected = theirs(X, memory, tgt_mask=_torch_causal(5), memory_key_padding_mask=torch.arange(4) >= lens[:, None])
-    torch.testing.assert_close(block(X, memory, src_valid_lens=lens), expected)
+    torch.testing.assert_close(block(X, memory, padding_mask(lens, 4)), expected)
 
 
 @pytest.mark.parametrize("mode", ["eval", "train"])
@@ -403,7 +409,7 @@ def test_decoder_block_matches_torch_transformer_decoder_layer(norm_first):
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_block_position_i_ignores_later_positions(mode, explicit, norm_first):
     block = make_decoder_block(norm_first, seed=6).train(mode == "train")
-    store_attention_weights(block, explicit)
+    explicit_path(block, explicit)
     X, memory = randn(2, 6, D, seed=8), randn(2, 4, D, seed=9)
     out = block(X, memory)
     for i in range(5):
@@ -429,7 +435,7 @@ def test_decoder_block_ignores_padded_memory_positions():
     X, memory, lens = randn(2, 4, D, seed=13), randn(2, 5, D, seed=14), torch.tensor([3, 5])
     memory2 = memory.clone()
     memory2[0, 3:] = randn(2, D, seed=15) * 5
-    torch.testing.assert_close(block(X, memory2, src_valid_lens=lens), block(X, memory, src_valid_lens=lens))
+    torch.testing.assert_close(block(X, memory2, padding_mask(lens, 5)), block(X, memory, padding_mask(lens, 5)))
 
 
 # --------------------------------------------------------------------------------------- gradcheck
@@ -454,7 +460,7 @@ def test_encoder_block_gradcheck_float64(norm_first):
     block = randomize_(TransformerEncoderBlock(4, 6, 2, norm_first=norm_first).to(DT), 9).eval()
     X = randn(2, 3, 4, seed=16).requires_grad_(True)
     lens = torch.tensor([3, 2])
-    assert _gradcheck_with_parameters(block, lambda f, x: f(x, valid_lens=lens), X)
+    assert _gradcheck_with_parameters(block, lambda f, x: f(x, padding_mask(lens, 3)), X)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -464,7 +470,7 @@ def test_decoder_block_gradcheck_float64(norm_first):
     X = randn(2, 3, 4, seed=17).requires_grad_(True)
     memory = randn(2, 4, 4, seed=18).requires_grad_(True)
     lens = torch.tensor([4, 2])
-    assert _gradcheck_with_parameters(block, lambda f, x, m: f(x, m, src_valid_lens=lens), X, memory)
+    assert _gradcheck_with_parameters(block, lambda f, x, m: f(x, m, padding_mask(lens, 4)), X, memory)
 
 
 # ------------------------------------------------------------------------- stacks and the model
@@ -519,7 +525,7 @@ def test_transformer_forward_shapes():
 @pytest.mark.parametrize("explicit", [False, True])
 def test_transformer_is_causal_in_training_and_in_evaluation(mode, norm_first, explicit):
     model = make_model(seed=13, norm_first=norm_first).train(mode == "train")
-    store_attention_weights(model, explicit)
+    explicit_path(model, explicit)
     src, lens, tgt = toy_batch(3, T=6)
     logits = model(src, lens, tgt)
     for i in range(5):
@@ -575,7 +581,7 @@ def test_empty_source_gives_finite_logits():
 @pytest.mark.parametrize("explicit", [False, True])
 def test_decode_step_with_cache_equals_full_forward(norm_first, positional, explicit):
     model = make_model(seed=17, norm_first=norm_first, positional=positional)
-    store_attention_weights(model, explicit)
+    explicit_path(model, explicit)
     src, lens, tgt = toy_batch(7, T=6)
     full = model(src, lens, tgt)  # (B, T, V)
     state = model.init_decoder_state(model.encode(src, lens), lens)

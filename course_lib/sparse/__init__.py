@@ -33,28 +33,34 @@ about :math:`\sqrt n` every query scores about :math:`3\sqrt n` keys: O(n sqrt n
 
 Shapes: ``B`` batch, ``H`` heads, ``n`` sequence length, ``d`` key size, ``d_v`` value size.
 
-The package is split by concern: ``patterns`` (the masks), ``dense`` (the dense baselines),
-``blockwise`` (the kernels without the n x n matrix), ``module`` (``SparseMultiHeadAttention``),
-``surgery`` (``use_sparse_attention``) and ``memory`` (``peak_memory``).
+The package is split by concern: ``patterns`` (the rules and their masks), ``dense`` (the dense
+baselines), ``blockwise`` (the computation without the n x n matrix, and :class:`SparseKernel`, the
+kernel a :class:`~course_lib.multihead.MultiHeadAttention` takes), ``module``
+(``SparseMultiHeadAttention``, that module with that kernel), ``surgery`` (``use_sparse_attention``)
+and ``memory`` (``peak_memory``).
 """
 
-from .blockwise import fixed_attention, strided_attention
+from .blockwise import SparseKernel, fixed_attention, strided_attention
 from .dense import dense_attention, fused_attention
 from .memory import peak_memory
 from .module import SparseMultiHeadAttention
-from .patterns import PATTERNS, default_stride, fixed_pattern, strided_pattern
+from .patterns import PATTERNS, default_stride, fixed_mod, fixed_pattern, pattern_mod, strided_mod, strided_pattern
 from .surgery import use_sparse_attention
 
 __all__ = [
     "PATTERNS",
+    "SparseKernel",
     "SparseMultiHeadAttention",
     "default_stride",
     "dense_attention",
     "fixed_attention",
+    "fixed_mod",
     "fixed_pattern",
     "fused_attention",
+    "pattern_mod",
     "peak_memory",
     "strided_attention",
+    "strided_mod",
     "strided_pattern",
     "use_sparse_attention",
 ]

@@ -8,10 +8,19 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from .._validation import as_lengths, check_ndim, check_positive_int, check_probability, check_tensor
+from .._validation import (
+    as_lengths,
+    check_bool,
+    check_ndim,
+    check_positive_int,
+    check_probability,
+    check_qkv,
+    check_summary_cells,
+    check_tensor,
+)
+from ..attention_kernels import explicit_kernel, fused_kernel
 from ..masking import lengths_to_mask
-from .dense import _check_batched_qkv
-from .patterns import _check_bool, _check_c
+from .patterns import PATTERNS, default_stride, pattern_mod
 
 
 def _blocks(x: torch.Tensor, stride: int) -> torch.Tensor:
@@ -27,11 +36,13 @@ def _prepare(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, st
              valid_lens: object, key_mask: object, dropout_p: float
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, bool]:
     """Validate; return 4-D q, k, v, the key validity (B or 1, 1, n, 1), per-query lengths or None, squeeze."""
-    _check_batched_qkv(queries, keys, values, same_length=True)
-    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
-        check_ndim(t, name, (3, 4), "(batch, n, d) or (batch, heads, n, d)")
+    check_qkv(queries, keys, values, layout="(batch, n, d) or (batch, heads, n, d)")
+    check_ndim(queries, "queries", (3, 4), "(batch, n, d) or (batch, heads, n, d)")
+    if queries.shape[:-1] != keys.shape[:-1]:
+        raise ValueError(f"sparse self-attention needs queries and keys of the same shape (..., n, d), got "
+                         f"{tuple(queries.shape)} and {tuple(keys.shape)}")
     check_positive_int(stride, "stride")
-    _check_bool(causal, "causal")
+    check_bool(causal, "causal")
     check_probability(dropout_p, "dropout_p")
     squeeze = queries.dim() == 3
     if squeeze:
@@ -174,8 +185,14 @@ def strided_attention(
     q, k, v, valid, lens_q, squeeze = _prepare(
         queries, keys, values, stride, causal, valid_lens, key_mask, dropout_p
     )
+    out = _strided(q, k, v, int(stride), causal, valid, lens_q, dropout_p)
+    return out.squeeze(1) if squeeze else out
+
+
+def _strided(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ell: int, causal: bool, valid: torch.Tensor,
+             lens_q: torch.Tensor | None, dropout_p: float) -> torch.Tensor:
+    """:func:`strided_attention` on checked (B, H, n, d) inputs; ``valid`` (B or 1, 1, n, 1) marks real keys."""
     n, d, dev = q.shape[2], q.shape[3], q.device
-    ell = int(stride)
     # (B, H, nb, l, d): position b * l + r sits at [b, r]
     qb = _blocks(q / math.sqrt(d), ell)
     kb, vb, validb = _blocks(k, ell), _blocks(v, ell), _blocks(valid, ell)
@@ -230,9 +247,7 @@ def strided_attention(
             for place, s, keep, vals in groups
         ]
 
-    out = _merge_groups(groups, dropout_p)
-    out = out.flatten(2, 3)[:, :, :n]  # (B, H, n, d_v)
-    return out.squeeze(1) if squeeze else out
+    return _merge_groups(groups, dropout_p).flatten(2, 3)[:, :, :n]  # (B, H, n, d_v)
 
 
 def fixed_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, stride: int, c: int = 1,
@@ -257,8 +272,13 @@ def fixed_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
     """
     q, k, v, valid, lens_q, squeeze = _prepare(queries, keys, values, stride, causal, valid_lens, key_mask,
                                                dropout_p)
-    ell = int(stride)
-    c = _check_c(c, ell)
+    out = _fixed(q, k, v, int(stride), check_summary_cells(c, int(stride)), causal, valid, lens_q, dropout_p)
+    return out.squeeze(1) if squeeze else out
+
+
+def _fixed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ell: int, c: int, causal: bool, valid: torch.Tensor,
+           lens_q: torch.Tensor | None, dropout_p: float) -> torch.Tensor:
+    """:func:`fixed_attention` on checked (B, H, n, d) inputs; ``valid`` (B or 1, 1, n, 1) marks real keys."""
     n, d, dev = q.shape[2], q.shape[3], q.device
     qb = _blocks(q / math.sqrt(d), ell)  # (B, H, nb, l, d)
     kb, vb, validb = _blocks(k, ell), _blocks(v, ell), _blocks(valid, ell)
@@ -282,5 +302,80 @@ def fixed_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
         groups = [(place, s, keep & (pos < lens), vals)
                   for (place, s, keep, vals), pos in zip(groups, key_pos, strict=True)]
 
-    out = _merge_groups(groups, dropout_p).flatten(2, 3)[:, :, :n]
-    return out.squeeze(1) if squeeze else out
+    return _merge_groups(groups, dropout_p).flatten(2, 3)[:, :, :n]  # (B, H, n, d_v)
+
+
+class SparseKernel:
+    r"""Chapter 9's sparse attention as a kernel (:mod:`course_lib.attention_kernels`): a pattern, not a module.
+
+    ``MultiHeadAttention(d, h, kernel=SparseKernel("strided"))`` attends inside the pattern; the
+    pattern's causal variant is used when the call asks for ``causal``. Three computations, equal up
+    to rounding (tested):
+
+    - self-attention (as many queries as keys): :func:`strided_attention` / :func:`fixed_attention`,
+      O(n sqrt n) memory, never the n x n matrix;
+    - ``need_weights`` (recording the weights): :func:`~course_lib.explicit_kernel` with the dense
+      pattern mask (small n only);
+    - new queries against more keys (a key/value cache): their rows of the pattern, bottom-right
+      aligned, through :func:`~course_lib.fused_kernel`.
+
+    The mask may only mark keys (padding): bool, broadcastable to (B, 1, 1, n_keys). A mask with a
+    query axis is the n x n matrix sparse attention avoids, and is refused.
+
+    Args:
+        pattern: ``"strided"`` or ``"fixed"``.
+        stride: :math:`\ell`; ``None`` uses :func:`default_stride` of each call's number of keys.
+        c: summary cells per block of the fixed pattern (ignored by the strided one).
+
+    Examples:
+        >>> kernel = SparseKernel("strided", stride=3)
+        >>> q = k = v = torch.randn(1, 2, 9, 4)
+        >>> sparse, _ = kernel(q, k, v, causal=True)
+        >>> dense, _ = explicit_kernel(q, k, v, strided_pattern(9, 3))
+        >>> torch.allclose(sparse, dense, atol=1e-6)
+        True
+    """
+
+    def __init__(self, pattern: str = "strided", stride: int | None = None, c: int = 1) -> None:
+        if pattern not in PATTERNS:
+            raise ValueError(f"pattern must be one of {PATTERNS}, got {pattern!r}")
+        if stride is not None:
+            check_summary_cells(c, check_positive_int(stride, "stride"))
+        else:
+            check_positive_int(c, "c")
+        self.pattern, self.stride, self.c = pattern, None if stride is None else int(stride), int(c)
+
+    def __repr__(self) -> str:
+        return f"SparseKernel({self.pattern!r}, stride={self.stride}, c={self.c})"
+
+    def stride_for(self, n: int) -> int:
+        """The stride used for ``n`` keys."""
+        stride = default_stride(n) if self.stride is None else self.stride
+        if self.pattern == "fixed":
+            check_summary_cells(self.c, stride)
+        return stride
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, *,
+                 causal: bool = False, dropout_p: float = 0.0, scale: float | None = None,
+                 need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        n_q, n_k = q.shape[-2], k.shape[-2]
+        stride = self.stride_for(n_k)
+        if need_weights or n_q != n_k or scale is not None:
+            keep = pattern_mod(self.pattern, stride, self.c, causal).materialize(n_q, n_k, device=q.device)
+            keep = keep if mask is None else keep & mask
+            kernel = explicit_kernel if need_weights else fused_kernel
+            return kernel(q, k, v, keep, dropout_p=dropout_p, scale=scale, need_weights=need_weights)
+        if q.shape[1] != k.shape[1]:  # grouped-query heads: each key/value head serves its group
+            k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
+        valid = torch.ones(1, 1, n_k, 1, dtype=torch.bool, device=q.device)
+        if mask is not None:
+            full = (1,) * (4 - mask.dim()) + tuple(mask.shape)
+            if mask.dim() > 4 or full[1:3] != (1, 1):
+                raise ValueError(
+                    f"a sparse kernel takes only a key (padding) mask, broadcastable to (batch, 1, 1, n_keys), got "
+                    f"shape {tuple(mask.shape)}; a mask with a query axis is the n x n matrix sparse attention "
+                    f"avoids (use the dense kernel for it)")
+            valid = valid & mask.reshape(full).expand(full[0], 1, 1, n_k).reshape(full[0], 1, n_k, 1)
+        if self.pattern == "strided":
+            return _strided(q, k, v, stride, causal, valid, None, dropout_p), None
+        return _fixed(q, k, v, stride, self.c, causal, valid, None, dropout_p), None

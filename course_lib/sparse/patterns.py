@@ -6,36 +6,45 @@ import math
 
 import torch
 
-from .._validation import check_positive_int
+from .._validation import check_bool, check_positive_int, check_summary_cells
+from ..masking import MaskMod, causal_mod
 
 PATTERNS = ("strided", "fixed")
 
 
+def strided_mod(stride: int) -> MaskMod:
+    r"""The strided pattern as a rule: :math:`|i - j| < \ell` or :math:`(i - j) \bmod \ell = 0` (non-causal;
+    and it with :func:`course_lib.causal_mod` for the causal one).
 
-def _check_bool(value: object, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return value
-
-
-def _check_c(c: object, stride: int) -> int:
-    check_positive_int(c, "c")
-    if c > stride:
-        raise ValueError(f"c (the number of summary cells per block) must be at most stride = {stride}, got c = {c}")
-    return int(c)
-
-
-def _strided_rule(i: torch.Tensor, j: torch.Tensor, stride: int, causal: bool) -> torch.Tensor:
-    """Does query position ``i`` attend to key position ``j``? (broadcasting integer tensors)"""
-    diff = i - j
-    keep = (diff.abs() < stride) | (diff.remainder(stride) == 0)
-    return keep & (diff >= 0) if causal else keep
+    Examples:
+        >>> torch.equal((strided_mod(2) & causal_mod()).materialize(5), strided_pattern(5, 2))
+        True
+    """
+    stride = check_positive_int(stride, "stride")
+    return MaskMod(lambda b, h, i, j: ((i - j).abs() < stride) | ((i - j).remainder(stride) == 0),
+                   f"strided({stride})")
 
 
-def _fixed_rule(i: torch.Tensor, j: torch.Tensor, stride: int, c: int, causal: bool) -> torch.Tensor:
-    keep = (i.div(stride, rounding_mode="floor") == j.div(stride, rounding_mode="floor")) | (
-        j.remainder(stride) >= stride - c)
-    return keep & (j <= i) if causal else keep
+def fixed_mod(stride: int, c: int) -> MaskMod:
+    r"""The fixed pattern as a rule: the same block of :math:`\ell` positions, or a summary cell
+    :math:`j \bmod \ell \ge \ell - c` (non-causal; and it with :func:`course_lib.causal_mod` for the causal one).
+
+    Examples:
+        >>> torch.equal((fixed_mod(3, 1) & causal_mod()).materialize(6), fixed_pattern(6, 3, 1))
+        True
+    """
+    stride = check_positive_int(stride, "stride")
+    c = check_summary_cells(c, stride)
+    return MaskMod(lambda b, h, i, j: (i.div(stride, rounding_mode="floor") == j.div(stride, rounding_mode="floor"))
+                   | (j.remainder(stride) >= stride - c), f"fixed({stride}, {c})")
+
+
+def pattern_mod(pattern: str, stride: int, c: int = 1, causal: bool = True) -> MaskMod:
+    """The rule of ``pattern`` (``"strided"`` or ``"fixed"``), causal or not."""
+    if pattern not in PATTERNS:
+        raise ValueError(f"pattern must be one of {PATTERNS}, got {pattern!r}")
+    rule = strided_mod(stride) if pattern == "strided" else fixed_mod(stride, c)
+    return rule & causal_mod() if check_bool(causal, "causal") else rule
 
 
 def strided_pattern(n: int, stride: int, causal: bool = True,
@@ -59,9 +68,8 @@ def strided_pattern(n: int, stride: int, causal: bool = True,
     """
     check_positive_int(n, "n")
     check_positive_int(stride, "stride")
-    _check_bool(causal, "causal")
-    pos = torch.arange(n, device=device)
-    return _strided_rule(pos[:, None], pos[None, :], int(stride), causal)
+    check_bool(causal, "causal")
+    return pattern_mod("strided", stride, causal=causal).materialize(n, device=device)
 
 
 def fixed_pattern(n: int, stride: int, c: int, causal: bool = True,
@@ -87,18 +95,9 @@ def fixed_pattern(n: int, stride: int, c: int, causal: bool = True,
     """
     check_positive_int(n, "n")
     check_positive_int(stride, "stride")
-    c = _check_c(c, stride)
-    _check_bool(causal, "causal")
-    pos = torch.arange(n, device=device)
-    return _fixed_rule(pos[:, None], pos[None, :], int(stride), c, causal)
-
-
-def _pattern_rows(pattern: str, q_pos: torch.Tensor, n_keys: int, stride: int, c: int,
-                  causal: bool) -> torch.Tensor:
-    """(len(q_pos), n_keys) rows of a pattern, for queries at the positions ``q_pos``."""
-    j = torch.arange(n_keys, device=q_pos.device)[None, :]
-    i = q_pos[:, None]
-    return _strided_rule(i, j, stride, causal) if pattern == "strided" else _fixed_rule(i, j, stride, c, causal)
+    c = check_summary_cells(c, stride)
+    check_bool(causal, "causal")
+    return pattern_mod("fixed", stride, c, causal).materialize(n, device=device)
 
 
 def default_stride(n: int) -> int:

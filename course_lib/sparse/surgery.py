@@ -6,7 +6,6 @@ from typing import Literal
 
 from torch import nn
 
-from ..multihead import _stores_weights, store_attention_weights
 from ..transformer import TransformerDecoderBlock, TransformerEncoderBlock
 from .module import SparseMultiHeadAttention
 
@@ -19,7 +18,7 @@ def use_sparse_attention(model: nn.Module, pattern: Literal["strided", "fixed"] 
     ``attention``) get the non-causal pattern, decoder blocks
     (:class:`~course_lib.transformer.TransformerDecoderBlock`, attribute ``self_attention``) the
     causal one, since they call it with ``causal=True``. Cross-attention stays dense (its queries
-    and keys are different sequences). The new modules keep the old weights
+    and keys are different sequences). The new modules keep the old weights and recording flag
     (:meth:`SparseMultiHeadAttention.from_dense`), so a trained model can be switched.
 
     Args:
@@ -36,11 +35,7 @@ def use_sparse_attention(model: nn.Module, pattern: Literal["strided", "fixed"] 
         name = ("attention" if isinstance(module, TransformerEncoderBlock) else
                 "self_attention" if isinstance(module, TransformerDecoderBlock) else None)
         if name is not None:
-            dense = getattr(module, name)
-            sparse = SparseMultiHeadAttention.from_dense(dense, pattern, stride, c)
-            if _stores_weights(dense):  # store_attention_weights was on: keep it on
-                store_attention_weights(sparse)
-            setattr(module, name, sparse)
+            setattr(module, name, SparseMultiHeadAttention.from_dense(getattr(module, name), pattern, stride, c))
             count += 1
     if count == 0:
         raise ValueError(f"model ({type(model).__name__}) contains no TransformerEncoderBlock or "
