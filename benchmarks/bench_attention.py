@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from course_lib.masking import padding_mask
 from course_lib.multihead import MultiHeadAttention
 from course_lib.utils import try_gpu
 
@@ -268,7 +269,8 @@ def bench_config(batch: int, length: int, num_hiddens: int, num_heads: int, devi
     def step_ours() -> None:
         ours.zero_grad(set_to_none=True)
         x.grad = None
-        ours(x, x, x, valid_lens=valid_lens).backward(grad_out)
+        # The lengths become the keep-mask inside the timed step, as D2L's masked softmax does.
+        ours(x, x, x, padding_mask(valid_lens, length)).backward(grad_out)
 
     def step_torch() -> None:
         theirs.zero_grad(set_to_none=True)
@@ -283,7 +285,7 @@ def bench_config(batch: int, length: int, num_hiddens: int, num_heads: int, devi
     with torch.no_grad():  # the three compute the same function (the padded queries aside: D2L masks keys only)
         for peer in (lambda: theirs(x, x, x, key_padding_mask=key_padding_mask, need_weights=False)[0],
                      lambda: d2l(x, x, x, valid_lens)):
-            torch.testing.assert_close(peer(), ours(x, x, x, valid_lens=valid_lens), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(peer(), ours(x, x, x, padding_mask(valid_lens, length)), rtol=1e-4, atol=1e-4)
     return compare_timings({"ours": step_ours, "torch": step_torch, "d2l": step_d2l}, device, repeats=repeats,
                            n_inner=n_inner)
 

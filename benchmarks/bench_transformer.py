@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from course_lib.decode import greedy_decode
+from course_lib.masking import padding_mask
 from course_lib.multihead import MultiHeadAttention
 from course_lib.train import masked_cross_entropy
 from course_lib.transformer import Transformer, TransformerConfig
@@ -216,12 +217,12 @@ def decode_rerunning_prefix(model: Transformer, src: torch.Tensor, src_valid_len
     it always decodes ``n_tokens`` tokens.
     """
     memory = model.encode(src, src_valid_lens)  # (B, S, d)
-    src_mask = (torch.arange(memory.shape[1], device=src.device) < src_valid_lens[:, None])[:, None, None, :]
+    src_mask = padding_mask(src_valid_lens, memory.shape[1])  # (B, 1, S)
     tokens = torch.full((src.shape[0], 1), BOS, dtype=torch.long, device=src.device)
     for _ in range(n_tokens):
         X = model.decoder.embed(tokens)  # (B, t, d)
         for block in model.decoder.blocks:
-            X = block(X, memory, src_mask=src_mask)
+            X = block(X, memory, src_mask)
         logits = model.decoder.dense(model.decoder.norm(X[:, -1]))  # (B, V)
         tokens = torch.cat([tokens, logits.argmax(dim=-1, keepdim=True)], dim=1)
     return tokens[:, 1:].tolist()

@@ -100,6 +100,16 @@ def check_summary_cells(c: object, stride: int) -> int:
     return int(c)
 
 
+def check_max_len(max_len: int | None) -> int | None:
+    """``None``, or a sequence length of at least 2 (one token plus ``<eos>``)."""
+    if max_len is None:
+        return None
+    max_len = check_positive_int(max_len, "max_len")
+    if max_len < 2:
+        raise ValueError(f"max_len must be at least 2 (one token plus <eos>), got {max_len}")
+    return max_len
+
+
 def check_bool(value: object, name: str) -> bool:
     """Raise ``TypeError`` unless ``value`` is a ``bool`` (a flag; 0/1 are refused)."""
     if not isinstance(value, bool):
@@ -198,7 +208,7 @@ def check_batch_index(index: object, batch_size: int | None, device: torch.devic
 
 
 def check_qkv(queries: object, keys: object, values: object | None, *,
-              layout: str | dict[str, str] = "(..., n, d)", ndim: int | None = None, size: int | None = None,
+              layout: str | dict[str, str] = "", ndim: int | None = None, size: int | None = None,
               dtype: torch.dtype | None = None, same_size: bool = True) -> None:
     """The one check of an attention call's queries, keys and values.
 
@@ -229,7 +239,8 @@ def check_qkv(queries: object, keys: object, values: object | None, *,
         if dtype is None and t.dtype != queries.dtype:
             raise TypeError(f"queries and {name} must share a dtype, got {queries.dtype} and {t.dtype}")
     if values is not None:
-        for axis in range(keys.dim() - 1):
+        check_same_size(keys, "keys", -2, values, "values", -2)
+        for axis in range(keys.dim() - 2 if ndim is not None else 0):  # a fixed layout: the batch axes too
             check_same_size(keys, "keys", axis, values, "values", axis)
     if same_size:
         check_same_size(queries, "queries", -1, keys, "keys", -1)
@@ -237,16 +248,25 @@ def check_qkv(queries: object, keys: object, values: object | None, *,
     if heads and (keys.shape[1] == 0 or queries.shape[1] % keys.shape[1]):
         raise ValueError(f"the keys' heads must divide the queries' heads (grouped-query attention), got "
                          f"queries {tuple(queries.shape)} and keys {tuple(keys.shape)}")
-    if queries.dim() != keys.dim():
-        raise ValueError(f"queries and keys must have the same number of axes, got queries {tuple(queries.shape)} "
-                         f"and keys {tuple(keys.shape)}")
-    for axis in range(queries.dim() - 2):
-        a, b = queries.shape[axis], keys.shape[axis]
-        if a != b and not (heads and axis == 1) and (ndim is not None or 1 not in (a, b)):
-            check_same_size(queries, "queries", axis, keys, "keys", axis)
+    if ndim is not None:  # a module's fixed layout: the leading axes are equal
+        for axis in range(ndim - 2):
+            if not (heads and axis == 1):
+                check_same_size(queries, "queries", axis, keys, "keys", axis)
+        return
+    leads = [list(t.shape[:-2]) for t in (queries, keys, values) if t is not None]
+    if heads:
+        for lead in leads:
+            lead[1] = 1
+    # Checked by hand (right-aligned, 1 broadcasts): torch.broadcast_shapes is slow in a training step.
+    for axis in range(1, max(len(lead) for lead in leads) + 1):
+        sizes = {lead[-axis] for lead in leads if len(lead) >= axis} - {1}
+        if len(sizes) > 1:
+            shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in (("queries", queries), ("keys", keys),
+                                                                         ("values", values)) if t is not None)
+            raise ValueError(f"the leading (batch) axes do not broadcast: {shapes}")
 
 
-def check_features(x: object, name: str, *, layout: str = "(..., n, d)", ndim: int | None = None,
+def check_features(x: object, name: str, *, layout: str = "", ndim: int | None = None,
                    size: int | None = None) -> torch.Tensor:
     """Raise unless ``x`` is a floating-point tensor of ``ndim`` axes (two or more when ``None``) whose last
     axis has ``size`` features (when given); ``layout`` names the axes in the messages."""
@@ -254,9 +274,10 @@ def check_features(x: object, name: str, *, layout: str = "(..., n, d)", ndim: i
     if ndim is not None:
         check_ndim(x, name, ndim, layout)
     elif x.dim() < 2:
-        raise ValueError(f"{name} must be at least 2-D {layout}, got shape {tuple(x.shape)}")
+        raise ValueError(f"{name} must be at least 2-D{' ' + layout if layout else ''}, got shape {tuple(x.shape)}")
     if size is not None and x.shape[-1] != size:
-        raise ValueError(f"{name} must have size {size} in its last axis {layout}, got shape {tuple(x.shape)}")
+        raise ValueError(f"{name} must have size {size} in its last axis{' ' + layout if layout else ''}, got "
+                         f"shape {tuple(x.shape)}")
     return x
 
 

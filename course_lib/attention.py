@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ._validation import check_floating, check_ndim, check_same_size
+from ._validation import check_floating, check_ndim, check_qkv, check_same_size
 
 __all__ = ["attention_pool", "softmax_attention", "parameter_free_self_attention"]
 
@@ -66,13 +66,7 @@ def softmax_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.T
     Returns:
         ``(output, weights)``: (..., n_queries, d_v) and (..., n_queries, n_keys).
     """
-    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
-        check_floating(t, name)
-        if t.dim() < 2:
-            raise ValueError(f"{name} must be at least 2-D, got shape {tuple(t.shape)}")
-    check_same_size(queries, "queries", -1, keys, "keys", -1)
-    check_same_size(keys, "keys", -2, values, "values", -2)
-    _check_batch_axes(queries=queries, keys=keys, values=values)
+    check_qkv(queries, keys, values)
     weights = torch.softmax(queries @ keys.transpose(-2, -1), dim=-1)
     return weights @ values, weights
 

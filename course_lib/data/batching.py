@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from .._validation import check_non_negative_int, check_positive_int
+from .._validation import check_max_len, check_non_negative_int
 from .vocab import Vocab
 
 __all__ = ["Batch", "encode_sources", "make_batch", "pad_sequences"]
@@ -91,15 +91,6 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = 0) -> torch.Tenso
     return out
 
 
-def _check_max_len(max_len: int | None) -> int | None:
-    if max_len is None:
-        return None
-    max_len = check_positive_int(max_len, "max_len")
-    if max_len < 2:
-        raise ValueError(f"max_len must be at least 2 (one token plus <eos>), got {max_len}")
-    return max_len
-
-
 def _encode_sources(token_lists: Sequence[Sequence[str]], vocab: Vocab,
                     max_len: int | None) -> tuple[torch.Tensor, torch.Tensor, list[bool]]:
     ids, cut = [], []
@@ -130,7 +121,7 @@ def encode_sources(token_lists: Sequence[Sequence[str]], vocab: Vocab,
     """
     if isinstance(token_lists, str):
         raise TypeError("token_lists must be a list of token lists, got a single str")
-    src, lens, _ = _encode_sources(token_lists, vocab, _check_max_len(max_len))
+    src, lens, _ = _encode_sources(token_lists, vocab, check_max_len(max_len))
     return src, lens
 
 
@@ -153,7 +144,7 @@ def make_batch(pairs: Sequence[tuple[Sequence[str], Sequence[str]]], src_vocab: 
     """
     if len(pairs) == 0:
         raise ValueError("pairs must not be empty: a batch needs at least one pair")
-    max_len = _check_max_len(max_len)
+    max_len = check_max_len(max_len)
     src, src_lens, src_cut = _encode_sources([x for x, _ in pairs], src_vocab, max_len)
     ys, tgt_cut = [], []
     for _, y in pairs:

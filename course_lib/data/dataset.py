@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 import torch
 
-from .._validation import check_int, check_positive_int, check_probability
-from .batching import Batch, _check_max_len, encode_sources, make_batch
+from .._validation import check_int, check_max_len, check_positive_int, check_probability
+from .batching import Batch, encode_sources, make_batch
 from .vocab import Vocab
 
 __all__ = ["SPLITS", "Pair", "Seq2SeqData", "build_references", "split_by_source"]
@@ -181,7 +181,7 @@ class Seq2SeqData:
         """
         pairs = self.split(split)
         batch_size = check_positive_int(batch_size, "batch_size")
-        max_len = _check_max_len(max_len)
+        max_len = check_max_len(max_len)
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
         if shuffle:
