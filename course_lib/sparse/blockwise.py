@@ -11,12 +11,12 @@ import torch.nn.functional as F
 from .._validation import (
     as_lengths,
     check_bool,
+    check_keep_mask,
     check_ndim,
     check_positive_int,
     check_probability,
     check_qkv,
     check_summary_cells,
-    check_tensor,
 )
 from ..attention_kernels import explicit_kernel, fused_kernel
 from ..masking import lengths_to_mask
@@ -63,11 +63,10 @@ def _prepare(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, st
             raise ValueError(f"valid_lens must have shape ({batch},) or ({batch}, {n}) for queries of shape "
                              f"{tuple(queries.shape)}, got {tuple(lens.shape)}")
     if key_mask is not None:
-        check_tensor(key_mask, "key_mask")
-        if key_mask.dtype != torch.bool:
-            raise TypeError(f"key_mask must be a bool tensor (True = attend), got dtype {key_mask.dtype}")
-        if key_mask.shape not in ((batch, n), (1, n)):
-            raise ValueError(f"key_mask must have shape ({batch}, {n}) (batch, n_keys), got {tuple(key_mask.shape)}")
+        if getattr(key_mask, "shape", None) not in ((batch, n), (1, n)):
+            raise ValueError(f"key_mask must have shape ({batch}, {n}) (batch, n_keys), got "
+                             f"{tuple(getattr(key_mask, 'shape', ()))}")
+        check_keep_mask(key_mask, (batch, n), "key_mask")
         valid = valid & key_mask.to(device).view(key_mask.shape[0], 1, n, 1)
     return queries, keys, values, valid, lens_q, squeeze
 
