@@ -110,6 +110,14 @@ def check_max_len(max_len: int | None) -> int | None:
     return max_len
 
 
+def check_choice(value: object, name: str, choices: Sequence[str]) -> str:
+    """Raise ``ValueError`` unless ``value`` is one of ``choices`` (a mode, a pattern, a decoding)."""
+    if value not in choices:
+        options = " or ".join(f'"{c}"' for c in choices)
+        raise ValueError(f"{name} must be {options}, got {value!r}")
+    return value
+
+
 def check_bool(value: object, name: str) -> bool:
     """Raise ``TypeError`` unless ``value`` is a ``bool`` (a flag; 0/1 are refused)."""
     if not isinstance(value, bool):

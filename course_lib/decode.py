@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import as_lengths, check_positive_int, check_tokens
+from ._validation import as_lengths, check_choice, check_positive_int, check_tokens
 from .seq2seq import Seq2SeqModel, check_seq2seq_model
 from .utils import model_device
 
@@ -269,8 +269,7 @@ def sequence_log_prob(model: Seq2SeqModel, src: torch.Tensor, src_valid_lens: to
 
 
 def _check_decoding(decoding: object) -> None:
-    if decoding not in ("greedy", "beam"):
-        raise ValueError(f'decoding must be "greedy" or "beam", got {decoding!r}')
+    check_choice(decoding, "decoding", ("greedy", "beam"))
 
 
 def decode_batch(model: Seq2SeqModel, src: torch.Tensor, src_valid_lens: torch.Tensor,

@@ -203,8 +203,7 @@ class MultiHeadAttention(nn.Module):
         if mask is not None:  # checked before the cache grows, so a bad mask leaves it intact
             mask = check_keep_mask(mask, (batch, n_q, n_k) if mask.dim() < 4 else (batch, self.num_heads, n_q, n_k))
             mask = mask.unsqueeze(1) if mask.dim() == 3 else mask  # (B, Tq, Tk) -> (B, 1, Tq, Tk): every head
-        q = self._split(self.W_q(queries), self.num_heads)  # (B, h, Tq, d_h)
-        k, v = kv if kv is not None else self._project_kv(keys, values, queries)  # (B, h_kv, Tk, d_h)
+        q, k, v = self._project(queries, keys, values, kv)  # (B, h, Tq, d_h), (B, h_kv, Tk, d_h) x 2
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)
         out, weights = self.kernel(q, k, v, mask.to(q.device) if mask is not None else None, causal=causal,
@@ -228,7 +227,7 @@ class MultiHeadAttention(nn.Module):
         values = keys if values is None else values
         check_qkv(keys, keys, values, layout="(batch, n_keys, num_hiddens)", ndim=3, size=self.num_hiddens,
                   dtype=self.W_k.weight.dtype)
-        return self._project_kv(keys, values, None)
+        return self._project_kv(keys, values)
 
     def _check(self, queries: object, keys: object, values: object, kv: object, kv_cache: object,
                causal: object) -> tuple[int, int, int]:
@@ -260,12 +259,22 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"keys must hold at least one key, got shape {tuple(keys.shape)}")
         return queries.shape[0], queries.shape[1], n_k
 
-    def _project_kv(self, keys: torch.Tensor, values: torch.Tensor,
-                    queries: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        # One matrix product with the stacked weights reads the input once instead of twice when the
-        # keys are the values (self-attention, or cross-attention to a memory).
+    def _project(self, queries: torch.Tensor, keys: torch.Tensor | None, values: torch.Tensor | None,
+                 kv: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, ...]:
+        # One matrix product with the stacked weights reads the input once instead of three times
+        # (self-attention) or twice (keys that are the values).
+        if kv is None and queries is keys and keys is values:
+            sizes = (self.num_hiddens, self.W_k.out_features, self.W_v.out_features)
+            q, k, v = _stacked_linear(queries, (self.W_q, self.W_k, self.W_v)).split(sizes, dim=-1)
+            k, v = self._split(k, self.num_kv_heads), self._split(v, self.num_kv_heads)
+        else:
+            q = self.W_q(queries)
+            k, v = kv if kv is not None else self._project_kv(keys, values)
+        return self._split(q, self.num_heads), k, v
+
+    def _project_kv(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if keys is values:
-            k, v = _stacked_linear(keys, (self.W_k, self.W_v)).chunk(2, dim=-1)
+            k, v = _stacked_linear(keys, (self.W_k, self.W_v)).split(self.W_k.out_features, dim=-1)
         else:
             k, v = self.W_k(keys), self.W_v(values)
         return self._split(k, self.num_kv_heads), self._split(v, self.num_kv_heads)
