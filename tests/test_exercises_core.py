@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
-from notebook_solutions import solution_cells, solution_namespace, stub
+from exercise_helpers import solution_cells, solution_namespace, stub
 
 from course_lib.exercises import ExerciseFailure, _core, check, checker
 
@@ -40,6 +40,16 @@ EXERCISES = _book_exercises()
 
 def test_every_registered_checker_is_called_in_a_worked_solution():
     assert sorted({ex for _, _, ex, _ in EXERCISES}) == sorted(_core.list_exercises())
+
+
+@pytest.mark.parametrize("exercise", sorted(_core.list_exercises()))
+def test_an_unanswered_exercise_is_reported_not_answered(exercise):
+    # The student notebook's stub raises NotImplementedError when called; None and ... are stubs too.
+    for unanswered in (stub, None, ...):
+        result = check(exercise, unanswered, quiet=True)
+        assert not result.answered and not result.passed and not result.checker_error, result.message
+        assert result.status == "not answered"
+        assert result.message.startswith(f"{exercise}: not answered yet"), result.message
 
 
 def _perturb(value: object) -> object:
