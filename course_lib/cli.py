@@ -18,8 +18,8 @@ import argparse
 import math
 import os
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NoReturn, TextIO, TypeVar
 
 if TYPE_CHECKING:
     import torch
@@ -39,44 +39,28 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
+T = TypeVar("T")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
+def _argument_type(parse: Callable[[str], T], kind: str, valid: Callable[[T], bool], rule: str) -> Callable[[str], T]:
+    """An argparse ``type``: ``parse`` the text (else "expected <kind>"), then require ``valid`` (else the rule)."""
+
+    def convert(text: str) -> T:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+        if not valid(value):
+            raise argparse.ArgumentTypeError(f"{rule}, got {text}")
+        return value
+
+    return convert
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"must be in [0, 2**32), got {text}")
-    return value
+_positive_float = _argument_type(float, "a number", lambda v: v > 0 and math.isfinite(v), "must be a positive number")
+_positive_int = _argument_type(int, "an integer", lambda v: v > 0, "must be a positive integer")
+_fraction = _argument_type(float, "a number", lambda v: 0.0 <= v < 1.0, "must be in [0, 1)")
+_seed = _argument_type(int, "an integer", lambda v: 0 <= v < 2**32, "must be in [0, 2**32)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,9 +12,10 @@ target tokens,
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -149,44 +150,6 @@ class TrainHistory:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-def _amp_dtype(device: torch.device, amp: bool | str) -> torch.dtype | None:
-    # amp=True: mixed precision on CUDA only (bf16 where supported, else fp16 with a gradient scaler);
-    # amp="bf16": bf16 autocast on any device, the CPU included (where the CPU supports it).
-    if amp == "bf16":
-        return torch.bfloat16
-    if not amp or device.type != "cuda":
-        return None
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-
-
-def _data_parallel_world() -> tuple[int, int]:
-    """(rank, world size) of the default process group, (0, 1) when there is none."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def _sharded_batches(data, batch_size: int, generator: torch.Generator, rank: int, world_size: int):
-    """This rank's part of each global batch of ``world_size * batch_size`` shuffled training pairs."""
-    from .data import make_batch
-    from .distributed import shard_batches
-
-    order = torch.randperm(len(data.train), generator=generator).tolist()  # the same on every rank
-    for indices in shard_batches(order, batch_size, rank, world_size):
-        yield make_batch([data.train[i] for i in indices], data.src_vocab, data.tgt_vocab)
-
-
-def _check_budget(minutes: float | None, epochs: int | None) -> None:
-    if minutes is None and epochs is None:
-        raise ValueError("give minutes= (a wall-clock budget) or epochs= (or both); got neither")
-    if minutes is not None:
-        check_positive(minutes, "minutes")
-    if epochs is not None:
-        check_positive_int(epochs, "epochs")
-
-
 @global_state_preserved()
 def train_seq2seq(model: Seq2SeqModel, data, *, minutes: float | None = None, epochs: int | None = None,
                   lr: float = 1e-3, batch_size: int = 64, warmup_steps: int = 0, clip: float | None = 1.0,
@@ -237,8 +200,41 @@ def train_seq2seq(model: Seq2SeqModel, data, *, minutes: float | None = None, ep
     Returns:
         A :class:`TrainHistory`. The model is left in eval mode on ``device``.
     """
+    label_smoothing = _check_training_arguments(
+        model, data, minutes=minutes, epochs=epochs, lr=lr, batch_size=batch_size, warmup_steps=warmup_steps,
+        clip=clip, eval_every=eval_every, label_smoothing=label_smoothing, amp=amp)
+    # Set up: seeds, the model on its device (DDP-wrapped, compiled), Adam and its schedule, autocast.
+    run = _TrainingRun(model, data, device=device, seed=seed, lr=lr, warmup_steps=warmup_steps, amp=amp,
+                       compile=compile)
+    total = epochs * math.ceil(len(data.train) / batch_size) if epochs is not None else None
+    with run.started(minutes, progress=progress, total=total):  # the clock and the progress bar
+        while epochs is None or run.history.epochs < epochs:
+            for batch in run.batches(batch_size):
+                run.step(batch, clip=clip, label_smoothing=label_smoothing)  # forward, loss, backward, Adam
+                if eval_every is not None and run.history.steps % eval_every == 0:
+                    run.validate()
+                if run.out_of_time():
+                    break
+            if run.history.stopped_by == "time":
+                break
+            run.end_epoch()
+            if eval_every is None:
+                run.validate()
+        run.validate()  # the loss at the end is always measured
+    return run.history
+
+
+def _check_training_arguments(model, data, *, minutes: float | None, epochs: int | None, lr: float,
+                              batch_size: int, warmup_steps: int, clip: float | None, eval_every: int | None,
+                              label_smoothing: float, amp: bool | str) -> float:
+    """Validate :func:`train_seq2seq`'s arguments; returns ``label_smoothing`` as a float."""
     check_seq2seq_model(model)
-    _check_budget(minutes, epochs)
+    if minutes is None and epochs is None:
+        raise ValueError("give minutes= (a wall-clock budget) or epochs= (or both); got neither")
+    if minutes is not None:
+        check_positive(minutes, "minutes")
+    if epochs is not None:
+        check_positive_int(epochs, "epochs")
     check_positive(lr, "lr")
     check_positive_int(batch_size, "batch_size")
     if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
@@ -250,145 +246,202 @@ def train_seq2seq(model: Seq2SeqModel, data, *, minutes: float | None = None, ep
     if not len(data.train):
         raise ValueError("data.train is empty: nothing to train on")
     label_smoothing = check_probability(label_smoothing, "label_smoothing")
-
     if amp not in (True, False, "bf16"):
         raise ValueError(f'amp must be True, False or "bf16", got {amp!r}')
-    device = torch.device(device) if device is not None else try_gpu()
-    # Deterministic kernels are requested on the CPU only: on CUDA they would cost speed and warn.
-    set_seed(seed, deterministic=device.type == "cpu")
-    generator = torch.Generator().manual_seed(seed)
-    model.to(device).train()
-    rank, world_size = _data_parallel_world()
-    step_model: nn.Module = model
-    if world_size > 1:
+    return label_smoothing
+
+
+def _amp_dtype(device: torch.device, amp: bool | str) -> torch.dtype | None:
+    # amp=True: mixed precision on CUDA only (bf16 where supported, else fp16 with a gradient scaler);
+    # amp="bf16": bf16 autocast on any device, the CPU included (where the CPU supports it).
+    if amp == "bf16":
+        return torch.bfloat16
+    if not amp or device.type != "cuda":
+        return None
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+def _warmup_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int) -> torch.optim.lr_scheduler.LambdaLR | None:
+    """:func:`warmup_lr` rescaled to peak at the optimiser's ``lr`` after ``warmup_steps``; ``None`` for 0."""
+    if warmup_steps == 0:
+        return None
+    peak = warmup_lr(warmup_steps, 1, warmup_steps)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_lr(s + 1, 1, warmup_steps) / peak)
+
+
+@dataclass(frozen=True)
+class _DataParallel:
+    """This process's place in data-parallel training: rank 0 of 1 without a ``torch.distributed`` group."""
+
+    rank: int
+    size: int
+    device: torch.device
+
+    @classmethod
+    def current(cls, device: torch.device) -> _DataParallel:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return cls(dist.get_rank(), dist.get_world_size(), device)
+        return cls(0, 1, device)
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """The model the steps run: ``model`` itself, or its DDP wrapper when there are several ranks."""
+        if self.size == 1:
+            return model
         from torch.nn.parallel import DistributedDataParallel
 
         # DDP broadcasts rank 0's weights, then averages the gradients during backward.
-        step_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        progress = progress and rank == 0
-    if compile:
-        step_model = torch.compile(step_model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    if warmup_steps > 0:
-        peak = warmup_lr(warmup_steps, 1, warmup_steps)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda s: warmup_lr(s + 1, 1, warmup_steps) / peak)
-    else:
-        scheduler = None
-    amp_dtype = _amp_dtype(device, amp)
-    scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
-    history = TrainHistory(device=str(device), amp=str(amp_dtype).replace("torch.", "") if amp_dtype else "off",
-                           world_size=world_size)
-    has_valid = len(data.valid) > 0 and rank == 0
+        return DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
 
-    n_batches = math.ceil(len(data.train) / batch_size)
-    # A live bar, or one line in a stored notebook (course_lib.progress, COURSE_PROGRESS).
-    bar = progress_bar(total=epochs * n_batches if epochs is not None else None, disable=not progress,
-                       unit="step", dynamic_ncols=True)
-    start = time.perf_counter()
-    deadline = start + 60.0 * minutes if minutes is not None else math.inf
-    pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (loss, n_tokens), synced in chunks
-    epoch_loss = epoch_tokens = 0.0
-
-    def flush() -> None:
-        # One device sync for many steps instead of one per step keeps a GPU busy.
-        nonlocal epoch_loss, epoch_tokens
-        if not pending:
+    def batches(self, data, batch_size: int, generator: torch.Generator) -> Iterator:
+        """One epoch of shuffled training batches; with several ranks, this rank's part of each global
+        batch of ``size * batch_size`` pairs (the same shuffled order on every rank)."""
+        if self.size == 1:
+            yield from data.batches("train", batch_size, shuffle=True, generator=generator)
             return
-        values = torch.stack([torch.stack([loss, n]) for loss, n in pending]).cpu().tolist()
-        pending.clear()
-        for loss, n in values:
-            history.train_loss.append(loss)
-            history.tokens += int(n)
-            epoch_loss += loss * n
-            epoch_tokens += n
-        bar.set_postfix(loss=f"{history.train_loss[-1]:.3f}", refresh=False)
+        from .data import make_batch
+        from .distributed import shard_batches
 
-    def validate() -> None:
-        flush()
-        if has_valid and (not history.valid_steps or history.valid_steps[-1] != history.steps):
-            history.valid_steps.append(history.steps)
-            history.valid_loss.append(evaluate_loss(model, data, "valid", device=device))
-            model.train()
+        order = torch.randperm(len(data.train), generator=generator).tolist()
+        for indices in shard_batches(order, batch_size, self.rank, self.size):
+            yield make_batch([data.train[i] for i in indices], data.src_vocab, data.tgt_vocab)
 
-    stopped_by = "epochs"
-    try:
-        while epochs is None or history.epochs < epochs:
-            if world_size > 1:
-                batches = _sharded_batches(data, batch_size, generator, rank, world_size)
-            else:
-                batches = data.batches("train", batch_size, shuffle=True, generator=generator)
-            for batch in batches:
-                batch = batch.to(device)
-                with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                    logits = step_model(batch.src, batch.src_valid_lens, batch.tgt_in)
-                loss = masked_cross_entropy(logits.float(), batch.tgt_out, batch.tgt_valid_lens, label_smoothing)
-                n_tokens = batch.tgt_valid_lens.sum().float()
-                objective = loss
-                if world_size > 1:
-                    loss, n_tokens, objective = _global_token_mean(loss, n_tokens, world_size)
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(objective).backward()
-                if clip:
-                    scaler.unscale_(optimizer)
-                    nn.utils.clip_grad_norm_(model.parameters(), clip)
-                history.learning_rates.append(optimizer.param_groups[0]["lr"])
-                scaler.step(optimizer)
-                scaler.update()
-                if scheduler is not None:
-                    scheduler.step()
-                history.steps += 1
-                pending.append((loss.detach().float(), n_tokens))
-                if len(pending) >= 25:
-                    flush()
-                bar.update(1)
-                if eval_every is not None and history.steps % eval_every == 0:
-                    validate()
-                if _all_agree(time.perf_counter() >= deadline, world_size, device):
-                    stopped_by = "time"
-                    break
-            if stopped_by == "time":
-                break
-            history.epochs += 1
-            flush()
-            history.epoch_loss.append(epoch_loss / max(epoch_tokens, 1.0))
-            epoch_loss = epoch_tokens = 0.0
-            if eval_every is None:
-                validate()
-        validate()
-    finally:
-        bar.close()
-    history.stopped_by = stopped_by
-    history.seconds = time.perf_counter() - start
-    model.eval()
-    return history
+    def token_mean(self, loss: torch.Tensor,
+                   n_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(global token-mean loss, global token count, this rank's objective to backpropagate).
+
+        DDP *averages* the ranks' gradients. Rank r's loss is a mean over its n_r tokens; weighting it by
+        N * n_r / n (n the total over ranks) makes the average of the weighted gradients the gradient of
+        the mean over all n tokens, whatever the ranks' token counts.
+        """
+        if self.size == 1:
+            return loss, n_tokens, loss
+        import torch.distributed as dist
+
+        totals = torch.stack([loss.detach().float() * n_tokens, n_tokens])
+        dist.all_reduce(totals)
+        n_global = totals[1].clamp(min=1)
+        return totals[0] / n_global, totals[1], loss * (n_tokens * self.size / n_global)
+
+    def agree(self, stop: bool) -> bool:
+        """Rank 0's decision to stop, shared with every rank (so all take the same number of steps)."""
+        if self.size == 1:
+            return stop
+        import torch.distributed as dist
+
+        flag = torch.tensor([float(stop)], device=self.device)
+        dist.broadcast(flag, src=0)
+        return bool(flag.item())
 
 
-def _global_token_mean(loss: torch.Tensor, n_tokens: torch.Tensor,
-                       world_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(global token-mean loss, global token count, this rank's objective) for data-parallel training.
+class _TrainingRun:
+    """The state of one :func:`train_seq2seq` run and what its loop does: step, validate, end an epoch.
 
-    DDP *averages* the ranks' gradients. Rank r's loss is a mean over its n_r tokens; weighting it by
-    N * n_r / n (n the total over ranks) makes the average of the weighted gradients the gradient of
-    the mean over all n tokens, whatever the ranks' token counts.
+    Set-up seeds the run, moves the model to its device in training mode, wraps it for data
+    parallelism and ``torch.compile``, and makes Adam, its warm-up schedule and the autocast /
+    gradient-scaler pair. Step losses stay on the device and are read back in chunks (:meth:`_flush`).
     """
-    import torch.distributed as dist
 
-    totals = torch.stack([loss.detach().float() * n_tokens, n_tokens])
-    dist.all_reduce(totals)
-    n_global = totals[1].clamp(min=1)
-    return totals[0] / n_global, totals[1], loss * (n_tokens * world_size / n_global)
+    def __init__(self, model: Seq2SeqModel, data, *, device: torch.device | str | None, seed: int, lr: float,
+                 warmup_steps: int, amp: bool | str, compile: bool) -> None:
+        self.model, self.data = model, data
+        self.device = torch.device(device) if device is not None else try_gpu()
+        # Deterministic kernels are requested on the CPU only: on CUDA they would cost speed and warn.
+        set_seed(seed, deterministic=self.device.type == "cpu")
+        self.generator = torch.Generator().manual_seed(seed)
+        model.to(self.device).train()
+        self.world = _DataParallel.current(self.device)
+        self.step_model = self.world.wrap(model)
+        if compile:
+            self.step_model = torch.compile(self.step_model)
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        self.scheduler = _warmup_schedule(self.optimizer, warmup_steps)
+        self.amp_dtype = _amp_dtype(self.device, amp)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+        self.history = TrainHistory(device=str(self.device), world_size=self.world.size,
+                                    amp=str(self.amp_dtype).replace("torch.", "") if self.amp_dtype else "off")
+        self.has_valid = len(data.valid) > 0 and self.world.rank == 0
+        self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (loss, n_tokens), read back in chunks
+        self.epoch_loss = self.epoch_tokens = 0.0
 
+    @contextlib.contextmanager
+    def started(self, minutes: float | None, *, progress: bool, total: int | None) -> Iterator[None]:
+        """Start the clock and the progress bar; on exit, close the bar and finish the history."""
+        # A live bar, or one line in a stored notebook (course_lib.progress, COURSE_PROGRESS).
+        self.bar = progress_bar(total=total, disable=not progress or self.world.rank != 0, unit="step",
+                                dynamic_ncols=True)
+        start = time.perf_counter()
+        self.deadline = start + 60.0 * minutes if minutes is not None else math.inf
+        try:
+            yield
+        finally:
+            self.bar.close()
+        self.history.stopped_by = self.history.stopped_by or "epochs"
+        self.history.seconds = time.perf_counter() - start
+        self.model.eval()
 
-def _all_agree(stop: bool, world_size: int, device: torch.device) -> bool:
-    """Rank 0's decision to stop, shared with every rank (so all take the same number of steps)."""
-    if world_size == 1:
-        return stop
-    import torch.distributed as dist
+    def batches(self, batch_size: int) -> Iterator:
+        """This epoch's shuffled training batches, on the device."""
+        for batch in self.world.batches(self.data, batch_size, self.generator):
+            yield batch.to(self.device)
 
-    flag = torch.tensor([float(stop)], device=device)
-    dist.broadcast(flag, src=0)
-    return bool(flag.item())
+    def step(self, batch, *, clip: float | None, label_smoothing: float) -> None:
+        """One optimiser step: forward (under autocast), masked cross-entropy, backward, clip, Adam."""
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+            logits = self.step_model(batch.src, batch.src_valid_lens, batch.tgt_in)
+        loss = masked_cross_entropy(logits.float(), batch.tgt_out, batch.tgt_valid_lens, label_smoothing)
+        loss, n_tokens, objective = self.world.token_mean(loss, batch.tgt_valid_lens.sum().float())
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(objective).backward()
+        if clip:
+            self.scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        self.history.learning_rates.append(self.optimizer.param_groups[0]["lr"])
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.history.steps += 1
+        self.pending.append((loss.detach().float(), n_tokens))
+        if len(self.pending) >= 25:
+            self._flush()
+        self.bar.update(1)
+
+    def out_of_time(self) -> bool:
+        """Whether the time budget is spent (rank 0's clock decides for every rank)."""
+        if self.world.agree(time.perf_counter() >= self.deadline):
+            self.history.stopped_by = "time"
+        return self.history.stopped_by == "time"
+
+    def validate(self) -> None:
+        """Measure the validation loss after the current step (once per step; rank 0 only)."""
+        self._flush()
+        history = self.history
+        if self.has_valid and (not history.valid_steps or history.valid_steps[-1] != history.steps):
+            history.valid_steps.append(history.steps)
+            history.valid_loss.append(evaluate_loss(self.model, self.data, "valid", device=self.device))
+            self.model.train()
+
+    def end_epoch(self) -> None:
+        """Count a completed epoch and record its token-weighted mean training loss."""
+        self.history.epochs += 1
+        self._flush()
+        self.history.epoch_loss.append(self.epoch_loss / max(self.epoch_tokens, 1.0))
+        self.epoch_loss = self.epoch_tokens = 0.0
+
+    def _flush(self) -> None:
+        # One device sync for many steps instead of one per step keeps a GPU busy.
+        if not self.pending:
+            return
+        values = torch.stack([torch.stack([loss, n]) for loss, n in self.pending]).cpu().tolist()
+        self.pending.clear()
+        for loss, n in values:
+            self.history.train_loss.append(loss)
+            self.history.tokens += int(n)
+            self.epoch_loss += loss * n
+            self.epoch_tokens += n
+        self.bar.set_postfix(loss=f"{self.history.train_loss[-1]:.3f}", refresh=False)
 
 
 def evaluate_loss(model: Seq2SeqModel, data, split: str = "valid", batch_size: int = 256,

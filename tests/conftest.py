@@ -1,4 +1,7 @@
-"""Shared test setup: a headless matplotlib backend, one torch thread, a small hypothesis profile."""
+"""Shared test setup: a headless matplotlib backend, one torch thread, a small hypothesis profile, the
+``notebooks`` marker, and the fixtures that run a test module's notebook solutions."""
+
+import functools
 
 import matplotlib
 
@@ -28,8 +31,30 @@ def pytest_collection_modifyitems(items):
     for item in items:
         code = getattr(getattr(item, "function", None), "__code__", None)
         names = set(code.co_names) if code is not None else set()
-        if item.path.name == "test_assignments.py" or names & _NOTEBOOK_HELPERS:
+        if (item.path.name == "test_assignments.py" or names & _NOTEBOOK_HELPERS
+                or "solutions" in getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.notebooks)
+
+
+@pytest.fixture
+def solutions(request):
+    """``solutions(*labels, **names)``: the namespace after running the worked solutions ``labels`` of the test
+    module's ``NOTEBOOK`` in turn (see ``exercise_helpers.solution_namespace``). Marks the test ``notebooks``."""
+    from exercise_helpers import solution_namespace
+
+    return functools.partial(solution_namespace, request.module.NOTEBOOK)
+
+
+@pytest.fixture
+def solution_function(request):
+    """``solution_function(label, name)``: the function ``name`` that the worked solution ``label`` of the test
+    module's ``NOTEBOOK`` defines; only the cells that define it run (fast: not marked ``notebooks``)."""
+    from exercise_helpers import solution_namespace
+
+    def defined(label: str, name: str):
+        return solution_namespace(request.module.NOTEBOOK, label, defining=name)[name]
+
+    return defined
 
 
 @pytest.fixture(autouse=True)

@@ -1,23 +1,15 @@
-"""The chapter 1 checkers accept the notebook's solutions, reject typical mistakes with a specific
-hint, and report stubs as not answered."""
+"""The chapter 1 checkers accept the notebook's solutions and reject typical mistakes
+with a specific hint (their stubs: test_exercises_core.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from notebook_solutions import solution_namespace, stub
+from exercise_helpers import fails_with, passes
 
 import course_lib as cl
-from course_lib.exercises import check
 
 NOTEBOOK = "01_queries_keys_values.ipynb"
-
-
-def _solution_namespace(*labels: str, **names: object) -> dict:
-    return solution_namespace(NOTEBOOK, *labels, **names)
-
-
-_stub = stub
 
 
 # --- attention_pooling.attention_weights --------------------------------------------------------
@@ -79,11 +71,9 @@ def zeros_queries_in_place(queries, keys):
     return out
 
 
-def test_attention_weights_notebook_solution_passes():
-    ns = _solution_namespace("ch01-ex-attention-weights")
-    result = check("attention_pooling.attention_weights", ns["attention_weights"], quiet=True)
-    assert result.passed, result.message
-    assert result.n_checks == 6
+def test_attention_weights_notebook_solution_passes(solutions):
+    ns = solutions("ch01-ex-attention-weights")
+    assert passes("attention_pooling.attention_weights", ns["attention_weights"]).n_checks == 6
 
 
 def test_attention_weights_logsumexp_answer_passes():
@@ -91,8 +81,7 @@ def test_attention_weights_logsumexp_answer_passes():
         scores = queries @ keys.transpose(-2, -1)
         return torch.exp(scores - scores.logsumexp(-1, keepdim=True))
 
-    result = check("attention_pooling.attention_weights", via_logsumexp, quiet=True)
-    assert result.passed, result.message
+    passes("attention_pooling.attention_weights", via_logsumexp)
 
 
 @pytest.mark.parametrize(
@@ -112,22 +101,12 @@ def test_attention_weights_logsumexp_answer_passes():
     ],
 )
 def test_attention_weights_wrong_answers_fail_with_hint(answer, hint):
-    result = check("attention_pooling.attention_weights", answer, quiet=True)
-    assert result.answered
-    assert result.passed is False
-    assert hint in result.message, result.message
+    fails_with("attention_pooling.attention_weights", answer, hint)
 
 
 def test_attention_weights_naive_fails_only_on_large_scores():
     # The naive version is right for moderate scores: the failure must be the overflow case, with NaN named.
-    result = check("attention_pooling.attention_weights", naive_exp, quiet=True)
-    assert "large scores" in result.message and "NaN" in result.message, result.message
-
-
-def test_attention_weights_stub_is_not_answered():
-    result = check("attention_pooling.attention_weights", _stub, quiet=True)
-    assert result.answered is False
-    assert result.passed is False
+    fails_with("attention_pooling.attention_weights", naive_exp, "large scores", "NaN")
 
 
 def test_attention_weights_checker_agrees_with_torch_softmax_reference():
@@ -137,7 +116,7 @@ def test_attention_weights_checker_agrees_with_torch_softmax_reference():
     expected = torch.tensor([[0.879, 0.002, 0.119], [0.0, 0.0, 1.0]])
     torch.testing.assert_close(torch.softmax(Q @ K.T, -1), expected, atol=5e-4, rtol=0)
     torch.testing.assert_close(_stable(Q, K), expected, atol=5e-4, rtol=0)
-    assert check("attention_pooling.attention_weights", _stable, quiet=True).passed
+    passes("attention_pooling.attention_weights", _stable)
 
 
 # --- attention_pooling.database_lookup ----------------------------------------------------------
@@ -199,15 +178,13 @@ def returns_value_only(query, keys, values):
     return _exact(query, keys, values)[0]
 
 
-def test_database_lookup_notebook_solution_passes():
-    ns = _solution_namespace("ch01-ex-database-lookup")
-    result = check("attention_pooling.database_lookup", ns["database_lookup"], quiet=True)
-    assert result.passed, result.message
-    assert result.n_checks == 6
+def test_database_lookup_notebook_solution_passes(solutions):
+    ns = solutions("ch01-ex-database-lookup")
+    assert passes("attention_pooling.database_lookup", ns["database_lookup"]).n_checks == 6
 
 
 def test_database_lookup_reference_answer_passes():
-    assert check("attention_pooling.database_lookup", _exact, quiet=True).passed
+    passes("attention_pooling.database_lookup", _exact)
 
 
 @pytest.mark.parametrize(
@@ -225,13 +202,5 @@ def test_database_lookup_reference_answer_passes():
     ],
 )
 def test_database_lookup_wrong_answers_fail_with_hint(answer, hint):
-    result = check("attention_pooling.database_lookup", answer, quiet=True)
-    assert result.answered
-    assert result.passed is False
-    assert hint in result.message, result.message
+    fails_with("attention_pooling.database_lookup", answer, hint)
 
-
-def test_database_lookup_stub_is_not_answered():
-    result = check("attention_pooling.database_lookup", _stub, quiet=True)
-    assert result.answered is False
-    assert result.passed is False

@@ -1,24 +1,17 @@
-"""The chapter 4 checkers accept the notebook's solutions and the library's own code, reject typical
-mistakes with a specific hint, and report stubs as not answered."""
+"""The chapter 4 checkers accept the notebook's solutions and the library's own code, and reject typical
+mistakes with a specific hint (their stubs: test_exercises_core.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from notebook_solutions import solution_namespace, stub
+from exercise_helpers import fails_with, passes
 
 import course_lib as cl
 from course_lib.exercises import check
 from course_lib.exercises.bahdanau import _loop_context
 
 NOTEBOOK = "04_bahdanau_attention.ipynb"
-
-
-def _solution_function(label: str, name: str):
-    return solution_namespace(NOTEBOOK, label, defining=name)[name]
-
-
-_stub = stub
 
 
 # --- bahdanau.context ---------------------------------------------------------------------------
@@ -70,11 +63,9 @@ def context_keeps_query_axis(s, enc, valid_lens, W_q, W_k, w_v):
     return context[:, None], weights[:, None]
 
 
-def test_context_notebook_solution_passes():
-    answer = _solution_function("ch04-ex-context", "bahdanau_context")
-    result = check("bahdanau.context", answer, quiet=True)
-    assert result.passed, result.message
-    assert result.n_checks == 6
+def test_context_notebook_solution_passes(solution_function):
+    answer = solution_function("ch04-ex-context", "bahdanau_context")
+    assert passes("bahdanau.context", answer).n_checks == 6
 
 
 def test_context_through_the_library_module_passes():
@@ -88,8 +79,7 @@ def test_context_through_the_library_module_passes():
             context = module(s[:, None, :], enc, enc, valid_lens)[:, 0]
         return context, module.attention_weights[:, 0]
 
-    result = check("bahdanau.context", via_library, quiet=True)
-    assert result.passed, result.message
+    passes("bahdanau.context", via_library)
 
 
 def test_loop_reference_matches_the_library_with_padding():
@@ -117,10 +107,7 @@ def test_loop_reference_matches_the_library_with_padding():
     ],
 )
 def test_context_wrong_answers_fail_with_hint(answer, hint):
-    result = check("bahdanau.context", answer, quiet=True)
-    assert result.answered
-    assert result.passed is False
-    assert hint in result.message, result.message
+    fails_with("bahdanau.context", answer, hint)
 
 
 def test_context_swap_is_named_when_sizes_agree():
@@ -129,15 +116,7 @@ def test_context_swap_is_named_when_sizes_agree():
             return context_unmasked_right(s, enc, valid_lens, W_k, W_q, w_v)
         return context_unmasked_right(s, enc, valid_lens, W_q, W_k, w_v)
 
-    result = check("bahdanau.context", swapped_only_when_square, quiet=True)
-    assert result.passed is False
-    assert "swapped" in result.message, result.message
-
-
-def test_context_stub_is_not_answered():
-    result = check("bahdanau.context", _stub, quiet=True)
-    assert result.answered is False
-    assert result.passed is False
+    fails_with("bahdanau.context", swapped_only_when_square, "swapped")
 
 
 # --- bahdanau.greedy ----------------------------------------------------------------------------
@@ -205,19 +184,16 @@ def greedy_flat_tokens(model, src, src_valid_lens, max_len, bos, eos):
     return [int(logits.argmax())]
 
 
-def test_greedy_notebook_solution_passes():
-    answer = _solution_function("ch04-ex-greedy", "greedy_one")
-    result = check("bahdanau.greedy", answer, quiet=True)
-    assert result.passed, result.message
-    assert result.n_checks == 12
+def test_greedy_notebook_solution_passes(solution_function):
+    answer = solution_function("ch04-ex-greedy", "greedy_one")
+    assert passes("bahdanau.greedy", answer).n_checks == 12
 
 
 def test_greedy_through_the_library_passes():
     def via_library(model, src, src_valid_lens, max_len, bos, eos):
         return cl.greedy_decode(model, src, src_valid_lens, max_len, bos=bos, eos=eos)[0]
 
-    result = check("bahdanau.greedy", via_library, quiet=True)
-    assert result.passed, result.message
+    passes("bahdanau.greedy", via_library)
 
 
 @pytest.mark.parametrize(
@@ -233,10 +209,7 @@ def test_greedy_through_the_library_passes():
     ],
 )
 def test_greedy_wrong_answers_fail_with_hint(answer, hint):
-    result = check("bahdanau.greedy", answer, quiet=True)
-    assert result.answered
-    assert result.passed is False
-    assert hint in result.message, result.message
+    fails_with("bahdanau.greedy", answer, hint)
 
 
 def test_greedy_ignoring_max_len_fails():
@@ -248,20 +221,12 @@ def test_greedy_ignoring_max_len_fails():
             out.append(t)
         return out
 
-    result = check("bahdanau.greedy", ignores_max_len, quiet=True)
-    assert result.passed is False
-    assert "max_len = 3" in result.message, result.message
+    fails_with("bahdanau.greedy", ignores_max_len, "max_len = 3")
 
 
-def test_greedy_stub_is_not_answered():
-    result = check("bahdanau.greedy", _stub, quiet=True)
-    assert result.answered is False
-    assert result.passed is False
-
-
-def test_checkers_leave_the_global_rng_alone():
-    answer = _solution_function("ch04-ex-greedy", "greedy_one")
+def test_checkers_leave_the_global_rng_alone(solution_function):
+    answer = solution_function("ch04-ex-greedy", "greedy_one")
     before = torch.random.get_rng_state()
     check("bahdanau.greedy", answer, quiet=True)
-    check("bahdanau.context", _solution_function("ch04-ex-context", "bahdanau_context"), quiet=True)
+    check("bahdanau.context", solution_function("ch04-ex-context", "bahdanau_context"), quiet=True)
     assert torch.equal(before, torch.random.get_rng_state())

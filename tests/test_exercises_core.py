@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
-from notebook_solutions import solution_cells, solution_namespace, stub
+from exercise_helpers import solution_cells, solution_namespace, stub
 
 from course_lib.exercises import ExerciseFailure, _core, check, checker
 
@@ -40,6 +40,16 @@ EXERCISES = _book_exercises()
 
 def test_every_registered_checker_is_called_in_a_worked_solution():
     assert sorted({ex for _, _, ex, _ in EXERCISES}) == sorted(_core.list_exercises())
+
+
+@pytest.mark.parametrize("exercise", sorted(_core.list_exercises()))
+def test_an_unanswered_exercise_is_reported_not_answered(exercise):
+    # The student notebook's stub raises NotImplementedError when called; None and ... are stubs too.
+    for unanswered in (stub, None, ...):
+        result = check(exercise, unanswered, quiet=True)
+        assert not result.answered and not result.passed and not result.checker_error, result.message
+        assert result.status == "not answered"
+        assert result.message.startswith(f"{exercise}: not answered yet"), result.message
 
 
 def _perturb(value: object) -> object:
@@ -368,3 +378,30 @@ def test_book_or_drawn_gives_the_books_cases_only_in_variant_0(registered):
         check("_test.cases", lambda: None, quiet=True, variant=variant)
     assert seen[0] == seen[3] == [1, 2]
     assert seen[1] != seen[2] and all(10 <= v <= 20 for v in seen[1] + seen[2])
+
+
+def test_expect_tensor_checks_type_then_dtype_then_shape_and_returns_the_tensor():
+    x = torch.zeros(2, 3)
+    assert _core.expect_tensor(x, "v", (2, 3), "(a, b)", floating=True) is x
+    assert _core.expect_tensor(torch.zeros(4, dtype=torch.long), "v") is not None  # no dtype or shape asked
+    with pytest.raises(ExerciseFailure, match=r"^v: expected a torch.Tensor, got list$"):
+        _core.expect_tensor([1.0], "v", (1,))
+    with pytest.raises(ExerciseFailure, match=r"^v: expected a floating-point tensor, got dtype torch.int64$"):
+        _core.expect_tensor(torch.zeros(3, 2, dtype=torch.long), "v", (2, 3), floating=True)
+    with pytest.raises(ExerciseFailure, match=r"^v: expected shape \(2, 3\) = \(a, b\), got \(3, 2\)$"):
+        _core.expect_tensor(torch.zeros(3, 2), "v", (2, 3), "(a, b)")
+    with pytest.raises(ExerciseFailure, match=r"^v: expected shape \(2, 3\), got \(3, 2\)$"):
+        _core.expect_tensor(torch.zeros(3, 2), "v", (2, 3))
+
+
+def test_unchanged_fails_only_when_an_argument_was_changed_in_place():
+    x, words = torch.arange(3.0), [["a", "b"]]
+    with _core.unchanged("changed", x, words):
+        y = x * 2  # a new tensor: fine
+    assert y[1] == 2
+    with pytest.raises(ExerciseFailure, match="^changed X$"), _core.unchanged("changed X", x, words):
+        x.mul_(2)
+    with pytest.raises(ExerciseFailure, match="^changed words$"), _core.unchanged("changed words", x, words):
+        words[0].append("c")
+    with pytest.raises(NotImplementedError), _core.unchanged("not reached", x):  # the stub passes through
+        stub()

@@ -1,5 +1,5 @@
-"""The chapter 5 checkers accept the notebook's solutions, reject typical mistakes with a specific
-hint, and report stubs as not answered."""
+"""The chapter 5 checkers accept the notebook's solutions and reject typical mistakes
+with a specific hint (their stubs: test_exercises_core.py)."""
 
 from __future__ import annotations
 
@@ -7,26 +7,11 @@ import math
 
 import pytest
 import torch
-from notebook_solutions import solution_namespace, stub
+from exercise_helpers import fails_with, passes
 
 import course_lib as cl
-from course_lib.exercises import check
 
 NOTEBOOK = "05_multihead_attention.ipynb"
-
-
-def _solution_namespace(*labels: str, **names: object) -> dict:
-    return solution_namespace(NOTEBOOK, *labels, **names)
-
-
-_stub = stub
-
-
-def _fails_with(exercise: str, answer, hint: str) -> None:
-    result = check(exercise, answer, quiet=True)
-    assert result.answered
-    assert result.passed is False
-    assert hint in result.message, result.message
 
 
 # --- split_heads / merge_heads ------------------------------------------------------------------
@@ -75,12 +60,10 @@ def merge_interleaved(X):
     return X.permute(0, 2, 3, 1).reshape(batch, T, h * d_h)
 
 
-def test_split_and_merge_notebook_solutions_pass():
-    ns = _solution_namespace("ch05-ex-split-merge")
+def test_split_and_merge_notebook_solutions_pass(solutions):
+    ns = solutions("ch05-ex-split-merge")
     for exercise, fn in (("multihead.split_heads", ns["split_heads"]), ("multihead.merge_heads", ns["merge_heads"])):
-        result = check(exercise, fn, quiet=True)
-        assert result.passed, result.message
-        assert result.n_checks >= 5
+        assert passes(exercise, fn).n_checks >= 5
 
 
 def test_library_split_passes_the_checker():
@@ -93,8 +76,7 @@ def test_library_split_passes_the_checker():
         mha.num_heads, mha.head_size = num_heads, X.shape[-1] // num_heads
         return mha._split_heads(X)
 
-    result = check("multihead.split_heads", library_split, quiet=True)
-    assert result.passed, result.message
+    passes("multihead.split_heads", library_split)
 
 
 @pytest.mark.parametrize(
@@ -107,7 +89,7 @@ def test_library_split_passes_the_checker():
     ],
 )
 def test_split_wrong_answers_fail_with_hint(answer, hint):
-    _fails_with("multihead.split_heads", answer, hint)
+    fails_with("multihead.split_heads", answer, hint)
 
 
 @pytest.mark.parametrize(
@@ -118,14 +100,7 @@ def test_split_wrong_answers_fail_with_hint(answer, hint):
     ],
 )
 def test_merge_wrong_answers_fail_with_hint(answer, hint):
-    _fails_with("multihead.merge_heads", answer, hint)
-
-
-def test_split_and_merge_stubs_are_not_answered():
-    for exercise in ("multihead.split_heads", "multihead.merge_heads"):
-        result = check(exercise, _stub, quiet=True)
-        assert result.answered is False
-        assert result.passed is False
+    fails_with("multihead.merge_heads", answer, hint)
 
 
 # --- multihead_attention ------------------------------------------------------------------------
@@ -154,15 +129,13 @@ def _mha(queries, keys, values, W_q, W_k, W_v, W_o, num_heads, valid_lens=None, 
     return out @ Ws[3]
 
 
-def test_multihead_attention_notebook_solution_passes():
-    ns = _solution_namespace("ch05-ex-split-merge", "ch05-ex-mha")
-    result = check("multihead.multihead_attention", ns["multihead_attention"], quiet=True)
-    assert result.passed, result.message
-    assert result.n_checks == 4
+def test_multihead_attention_notebook_solution_passes(solutions):
+    ns = solutions("ch05-ex-split-merge", "ch05-ex-mha")
+    assert passes("multihead.multihead_attention", ns["multihead_attention"]).n_checks == 4
 
 
 def test_correct_vectorised_answer_passes():
-    assert check("multihead.multihead_attention", _mha, quiet=True).passed
+    passes("multihead.multihead_attention", _mha)
 
 
 def test_library_module_passes_the_checker():
@@ -174,8 +147,7 @@ def test_library_module_passes_the_checker():
                 layer.weight.copy_(W)
         return mha(queries, keys, values, valid_lens)
 
-    result = check("multihead.multihead_attention", via_module, quiet=True)
-    assert result.passed, result.message
+    passes("multihead.multihead_attention", via_module)
 
 
 @pytest.mark.parametrize(
@@ -189,16 +161,12 @@ def test_library_module_passes_the_checker():
     ],
 )
 def test_multihead_attention_wrong_answers_fail_with_hint(mistake, hint):
-    _fails_with("multihead.multihead_attention", lambda *a, **k: _mha(*a, **k, **mistake), hint)
+    fails_with("multihead.multihead_attention", lambda *a, **k: _mha(*a, **k, **mistake), hint)
 
 
 def test_multihead_attention_wrong_output_shape_is_reported():
     def heads_not_merged(queries, keys, values, W_q, W_k, W_v, W_o, num_heads, valid_lens=None):
         return _mha(queries, keys, values, W_q, W_k, W_v, W_o, num_heads, valid_lens)[:, None]
 
-    _fails_with("multihead.multihead_attention", heads_not_merged, "expected shape")
+    fails_with("multihead.multihead_attention", heads_not_merged, "expected shape")
 
-
-def test_multihead_attention_stub_is_not_answered():
-    result = check("multihead.multihead_attention", _stub, quiet=True)
-    assert result.answered is False

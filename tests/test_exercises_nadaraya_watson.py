@@ -1,24 +1,16 @@
-"""The chapter 2 checkers accept the notebook's solutions, reject typical mistakes with a specific
-hint, and report stubs as not answered."""
+"""The chapter 2 checkers accept the notebook's solutions and reject typical mistakes
+with a specific hint (their stubs: test_exercises_core.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from notebook_solutions import solution_namespace, stub
+from exercise_helpers import fails_with, passes
 
 import course_lib as cl
-from course_lib.exercises import check
 from course_lib.exercises.nadaraya_watson import _loop_loo_loss, _loop_nw
 
 NOTEBOOK = "02_nadaraya_watson.ipynb"
-
-
-def _solution_namespace(*labels: str, **names: object) -> dict:
-    return solution_namespace(NOTEBOOK, *labels, **names)
-
-
-_stub = stub
 
 
 # --- the checkers' own references against closed forms -------------------------------------------
@@ -114,16 +106,14 @@ def crashes(x_train, y_train, x_query, bandwidth):
     return x_query @ x_train  # shapes (q,) @ (n,): fails when q != n
 
 
-def test_nw_predict_notebook_solution_passes():
-    ns = _solution_namespace("ch02-ex-nw-predict")
-    result = check("nadaraya_watson.nw_predict", ns["nw_predict"], quiet=True)
-    assert result.passed, result.message
-    assert result.n_checks == 7
+def test_nw_predict_notebook_solution_passes(solutions):
+    ns = solutions("ch02-ex-nw-predict")
+    assert passes("nadaraya_watson.nw_predict", ns["nw_predict"]).n_checks == 7
 
 
 def test_nw_predict_library_answer_passes():
     # The library is independent of the checker's loops: agreement cross-checks both.
-    assert check("nadaraya_watson.nw_predict", library_nw, quiet=True).passed
+    passes("nadaraya_watson.nw_predict", library_nw)
 
 
 @pytest.mark.parametrize(
@@ -143,26 +133,15 @@ def test_nw_predict_library_answer_passes():
     ],
 )
 def test_nw_predict_wrong_answers_fail_with_hint(answer, hint):
-    result = check("nadaraya_watson.nw_predict", answer, quiet=True)
-    assert result.answered
-    assert result.passed is False
-    assert hint in result.message, result.message
+    fails_with("nadaraya_watson.nw_predict", answer, hint)
 
 
 def test_nw_predict_unnormalised_answer_is_told_about_rows_summing_to_one():
-    result = check("nadaraya_watson.nw_predict", not_normalised, quiet=True)
-    assert "each row" in result.message and "sum to 1" in result.message, result.message
+    fails_with("nadaraya_watson.nw_predict", not_normalised, "each row", "sum to 1")
 
 
 def test_nw_predict_naive_answer_fails_only_on_tiny_bandwidth_with_nan():
-    result = check("nadaraya_watson.nw_predict", naive_exp, quiet=True)
-    assert "tiny bandwidth" in result.message and "NaN" in result.message, result.message
-
-
-def test_nw_predict_stub_is_not_answered():
-    result = check("nadaraya_watson.nw_predict", _stub, quiet=True)
-    assert result.answered is False
-    assert result.passed is False
+    fails_with("nadaraya_watson.nw_predict", naive_exp, "tiny bandwidth", "NaN")
 
 
 # --- nadaraya_watson.leave_one_out_loss --------------------------------------------------------------
@@ -227,20 +206,18 @@ def always_float64_loss(w, x, y):
     return 0.5 * (torch.softmax(_masked(w.double(), x.double()), -1) @ y.double() - y.double()).pow(2).mean()
 
 
-def test_leave_one_out_loss_notebook_solution_passes():
-    ns = _solution_namespace("ch02-ex-loo-loss")
-    result = check("nadaraya_watson.leave_one_out_loss", ns["leave_one_out_loss"], quiet=True)
-    assert result.passed, result.message
-    assert result.n_checks == 7
+def test_leave_one_out_loss_notebook_solution_passes(solutions):
+    ns = solutions("ch02-ex-loo-loss")
+    assert passes("nadaraya_watson.leave_one_out_loss", ns["leave_one_out_loss"]).n_checks == 7
 
 
 def test_leave_one_out_loss_library_answer_passes():
-    assert check("nadaraya_watson.leave_one_out_loss", library_loss, quiet=True).passed
+    passes("nadaraya_watson.leave_one_out_loss", library_loss)
 
 
-def test_notebook_solution_matches_fit_nw_kernel_regression_first_loss():
+def test_notebook_solution_matches_fit_nw_kernel_regression_first_loss(solutions):
     # fit_nw_kernel_regression records the loss before each step: the first is L(init_w).
-    ns = _solution_namespace("ch02-ex-loo-loss")
+    ns = solutions("ch02-ex-loo-loss")
     g = torch.Generator().manual_seed(3)
     x, y = torch.rand(30, generator=g) * 5, torch.randn(30, generator=g)
     _, losses = cl.fit_nw_kernel_regression(x, y, epochs=1, lr=0.1, init_w=1.7)
@@ -263,16 +240,7 @@ def test_notebook_solution_matches_fit_nw_kernel_regression_first_loss():
     ],
 )
 def test_leave_one_out_loss_wrong_answers_fail_with_hint(answer, hint):
-    result = check("nadaraya_watson.leave_one_out_loss", answer, quiet=True)
-    assert result.answered
-    assert result.passed is False
-    assert hint in result.message, result.message
-
-
-def test_leave_one_out_loss_stub_is_not_answered():
-    result = check("nadaraya_watson.leave_one_out_loss", _stub, quiet=True)
-    assert result.answered is False
-    assert result.passed is False
+    fails_with("nadaraya_watson.leave_one_out_loss", answer, hint)
 
 
 def test_checkers_are_listed():

@@ -1,5 +1,5 @@
-"""The chapter 6 checkers accept the notebook's solutions, reject typical mistakes with a specific
-hint, and report stubs as not answered."""
+"""The chapter 6 checkers accept the notebook's solutions and reject typical mistakes
+with a specific hint (their stubs: test_exercises_core.py)."""
 
 from __future__ import annotations
 
@@ -7,26 +7,11 @@ import math
 
 import pytest
 import torch
-from notebook_solutions import solution_namespace, stub
+from exercise_helpers import fails_with, passes
 
 import course_lib as cl
-from course_lib.exercises import check
 
 NOTEBOOK = "06_positional_encoding.ipynb"
-
-
-def _solution_namespace(*labels: str, **names: object) -> dict:
-    return solution_namespace(NOTEBOOK, *labels, **names)
-
-
-_stub = stub
-
-
-def _fails_with(exercise: str, answer, hint: str) -> None:
-    result = check(exercise, answer, quiet=True)
-    assert result.answered
-    assert result.passed is False
-    assert hint in result.message, result.message
 
 
 # --- positional.sinusoidal_positions ------------------------------------------------------------
@@ -62,17 +47,14 @@ def table_even_d_only(T, d):
     return P
 
 
-def test_sinusoidal_notebook_solution_passes():
-    ns = _solution_namespace("ch06-ex-sinusoidal")
-    result = check("positional.sinusoidal_positions", ns["sinusoidal_positions"], quiet=True)
-    assert result.passed, result.message
-    assert result.n_checks == 5
+def test_sinusoidal_notebook_solution_passes(solutions):
+    ns = solutions("ch06-ex-sinusoidal")
+    assert passes("positional.sinusoidal_positions", ns["sinusoidal_positions"]).n_checks == 5
 
 
 def test_library_table_passes_the_checker():
     # cl.sinusoidal_table is tested against its own double loop; the checker's loop must agree.
-    result = check("positional.sinusoidal_positions", lambda T, d: cl.sinusoidal_table(T, d), quiet=True)
-    assert result.passed, result.message
+    passes("positional.sinusoidal_positions", lambda T, d: cl.sinusoidal_table(T, d))
 
 
 @pytest.mark.parametrize(
@@ -89,13 +71,7 @@ def test_library_table_passes_the_checker():
     ],
 )
 def test_sinusoidal_wrong_answers_fail_with_hint(answer, hint):
-    _fails_with("positional.sinusoidal_positions", answer, hint)
-
-
-def test_sinusoidal_stub_is_not_answered():
-    result = check("positional.sinusoidal_positions", _stub, quiet=True)
-    assert result.answered is False
-    assert result.passed is False
+    fails_with("positional.sinusoidal_positions", answer, hint)
 
 
 # --- positional.rotation_matrix -----------------------------------------------------------------
@@ -112,18 +88,16 @@ def _rotation(k, d, *, sign=1.0, exponent=lambda i, d: 2 * i / d, check_odd=True
     return torch.block_diag(*blocks)
 
 
-def test_rotation_notebook_solution_passes():
-    ns = _solution_namespace("ch06-ex-rotation")
-    result = check("positional.rotation_matrix", ns["rotation_matrix"], quiet=True)
-    assert result.passed, result.message
-    assert result.n_checks == 8
+def test_rotation_notebook_solution_passes(solutions):
+    ns = solutions("ch06-ex-rotation")
+    assert passes("positional.rotation_matrix", ns["rotation_matrix"]).n_checks == 8
 
 
 def test_checker_reference_rotation_moves_the_library_table():
     # The checker compares with its closed form; that form must have the defining property
     # p_{t+k} = R_k p_t on the library's table, which is computed independently.
     correct = _rotation(7, 16)
-    assert check("positional.rotation_matrix", _rotation, quiet=True).passed
+    passes("positional.rotation_matrix", _rotation)
     P = cl.sinusoidal_table(80, 16, dtype=torch.float64)
     torch.testing.assert_close(P[:-7] @ correct.T, P[7:])
 
@@ -138,9 +112,5 @@ def test_checker_reference_rotation_moves_the_library_table():
     ],
 )
 def test_rotation_wrong_answers_fail_with_hint(answer, hint):
-    _fails_with("positional.rotation_matrix", answer, hint)
+    fails_with("positional.rotation_matrix", answer, hint)
 
-
-def test_rotation_stub_is_not_answered():
-    result = check("positional.rotation_matrix", _stub, quiet=True)
-    assert result.answered is False

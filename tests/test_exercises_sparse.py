@@ -1,5 +1,5 @@
-"""The chapter 9 checkers accept the notebook's solutions, reject typical mistakes with a specific
-hint, and report stubs as not answered."""
+"""The chapter 9 checkers accept the notebook's solutions and reject typical mistakes
+with a specific hint (their stubs: test_exercises_core.py)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,12 @@ import math
 import nbformat
 import pytest
 import torch
-from notebook_solutions import BOOK, solution_namespace, stub
+from exercise_helpers import BOOK, fails_with, passes
 
 import course_lib as cl
-from course_lib.exercises import check, list_exercises
+from course_lib.exercises import list_exercises
 
 NOTEBOOK = "09_sparse_attention.ipynb"
-
-
-def _solution_namespace(*labels: str, **names: object) -> dict:
-    return solution_namespace(NOTEBOOK, *labels, **names)
-
-
-_stub = stub
 
 
 def _positions(n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,11 +43,9 @@ def causal_by_mistake(n, window, n_global):
     return (((i - j).abs() <= window) | (i < n_global) | (j < n_global)) & (j <= i)
 
 
-def test_window_global_notebook_solution_passes():
-    ns = _solution_namespace("ch09-ex-window-global")
-    result = check("sparse.window_global_pattern", ns["window_global_pattern"], quiet=True)
-    assert result.passed, result.message
-    assert result.n_checks == 6
+def test_window_global_notebook_solution_passes(solutions):
+    ns = solutions("ch09-ex-window-global")
+    assert passes("sparse.window_global_pattern", ns["window_global_pattern"]).n_checks == 6
 
 
 @pytest.mark.parametrize(
@@ -68,16 +59,7 @@ def test_window_global_notebook_solution_passes():
     ],
 )
 def test_window_global_wrong_answers_fail_with_hint(answer, hint):
-    result = check("sparse.window_global_pattern", answer, quiet=True)
-    assert result.answered
-    assert result.passed is False
-    assert hint in result.message, result.message
-
-
-def test_window_global_stub_is_not_answered():
-    result = check("sparse.window_global_pattern", _stub, quiet=True)
-    assert result.answered is False
-    assert result.passed is False
+    fails_with("sparse.window_global_pattern", answer, hint)
 
 
 # --- sparse.strided_pairs -----------------------------------------------------------------------
@@ -104,16 +86,14 @@ def float_answer(n, stride):
     return float(brute_force_pairs(n, stride))
 
 
-def test_strided_pairs_notebook_solution_passes():
-    ns = _solution_namespace("ch09-ex-pairs")
-    result = check("sparse.strided_pairs", ns["strided_pairs"], quiet=True)
-    assert result.passed, result.message
-    assert result.n_checks == 13
+def test_strided_pairs_notebook_solution_passes(solutions):
+    ns = solutions("ch09-ex-pairs")
+    assert passes("sparse.strided_pairs", ns["strided_pairs"]).n_checks == 13
 
 
-def test_strided_pairs_counts_of_the_library_pattern_agree_with_the_checker():
+def test_strided_pairs_counts_of_the_library_pattern_agree_with_the_checker(solutions):
     # The checker's loop reference and the library's pattern are independent: they must agree.
-    ns = _solution_namespace("ch09-ex-pairs")
+    ns = solutions("ch09-ex-pairs")
     for n, stride in ((1, 1), (17, 4), (64, 8), (100, 7)):
         assert ns["strided_pairs"](n, stride) == int(cl.sparse.strided_pattern(n, stride).sum())
 
@@ -129,14 +109,7 @@ def test_strided_pairs_counts_of_the_library_pattern_agree_with_the_checker():
     ],
 )
 def test_strided_pairs_wrong_answers_fail_with_hint(answer, hint):
-    result = check("sparse.strided_pairs", answer, quiet=True)
-    assert result.answered
-    assert result.passed is False
-    assert hint in result.message, result.message
-
-
-def test_strided_pairs_stub_is_not_answered():
-    assert check("sparse.strided_pairs", _stub, quiet=True).answered is False
+    fails_with("sparse.strided_pairs", answer, hint)
 
 
 # --- sparse.block_local_attention ---------------------------------------------------------------
@@ -167,11 +140,9 @@ def interleaved_blocks(queries, keys, values, block):
     return (weights @ v.transpose(1, 2)).transpose(1, 2).reshape(batch, n, -1)
 
 
-def test_block_local_notebook_solution_passes():
-    ns = _solution_namespace("ch09-ex-block-local")
-    result = check("sparse.block_local_attention", ns["block_local_attention"], quiet=True)
-    assert result.passed, result.message
-    assert result.n_checks == 6
+def test_block_local_notebook_solution_passes(solutions):
+    ns = solutions("ch09-ex-block-local")
+    assert passes("sparse.block_local_attention", ns["block_local_attention"]).n_checks == 6
 
 
 @pytest.mark.parametrize(
@@ -185,23 +156,14 @@ def test_block_local_notebook_solution_passes():
     ],
 )
 def test_block_local_wrong_answers_fail_with_hint(answer, hint):
-    result = check("sparse.block_local_attention", answer, quiet=True)
-    assert result.answered
-    assert result.passed is False
-    assert hint in result.message, result.message
+    fails_with("sparse.block_local_attention", answer, hint)
 
 
 def test_block_local_crash_names_the_case():
     def crashes(queries, keys, values, block):
         return queries.reshape(-1, block + 1)
 
-    result = check("sparse.block_local_attention", crashes, quiet=True)
-    assert result.passed is False
-    assert "your function raised RuntimeError" in result.message, result.message
-
-
-def test_block_local_stub_is_not_answered():
-    assert check("sparse.block_local_attention", _stub, quiet=True).answered is False
+    fails_with("sparse.block_local_attention", crashes, "your function raised RuntimeError")
 
 
 # --- the notebook's exercises and their checkers ------------------------------------------------

@@ -1,24 +1,17 @@
-"""The chapter 8 checkers accept the notebook's solutions, reject typical mistakes with a specific
-hint, and report stubs as not answered."""
+"""The chapter 8 checkers accept the notebook's solutions and reject typical mistakes
+with a specific hint (their stubs: test_exercises_core.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from notebook_solutions import solution_namespace, stub
+from exercise_helpers import fails_with, passes
 
 import course_lib as cl
 from course_lib.exercises import check
 from course_lib.exercises import training as training_checkers
 
 NOTEBOOK = "08_training_and_inference.ipynb"
-
-
-def _solution_namespace(*labels: str, **names: object) -> dict:
-    return solution_namespace(NOTEBOOK, *labels, **names)
-
-
-_stub = stub
 
 
 # --- training.greedy_decode_loop ----------------------------------------------------------------
@@ -96,19 +89,16 @@ def uncached_library(model, src, src_valid_lens, bos, eos, max_len):
     return cl.greedy_decode(model, src, src_valid_lens, max_len, bos=bos, eos=eos, use_cache=False)
 
 
-def test_greedy_notebook_solution_passes():
-    ns = _solution_namespace("ch08-ex-greedy")
-    result = check("training.greedy_decode_loop", ns["greedy_decode_loop"], quiet=True)
-    assert result.passed, result.message
-    assert result.n_checks == 4
+def test_greedy_notebook_solution_passes(solutions):
+    ns = solutions("ch08-ex-greedy")
+    assert passes("training.greedy_decode_loop", ns["greedy_decode_loop"]).n_checks == 4
 
 
 def test_greedy_reference_loop_and_library_pass():
     # Two implementations independent of the checker's uncached reference must agree with it.
-    assert check("training.greedy_decode_loop", right_loop, quiet=True).passed
-    result = check("training.greedy_decode_loop",
-                   lambda m, s, lens, bos, eos, n: cl.greedy_decode(m, s, lens, n, bos=bos, eos=eos), quiet=True)
-    assert result.passed, result.message
+    passes("training.greedy_decode_loop", right_loop)
+    passes("training.greedy_decode_loop",
+           lambda m, s, lens, bos, eos, n: cl.greedy_decode(m, s, lens, n, bos=bos, eos=eos))
 
 
 def test_greedy_fixture_has_early_eos_full_length_and_padding_effects():
@@ -146,25 +136,14 @@ def test_greedy_checker_leaves_the_global_random_state_alone():
     ],
 )
 def test_greedy_wrong_answers_fail_with_hint(answer, hint):
-    result = check("training.greedy_decode_loop", answer, quiet=True)
-    assert result.answered
-    assert result.passed is False
-    assert hint in result.message, result.message
+    fails_with("training.greedy_decode_loop", answer, hint)
 
 
 def test_greedy_crash_names_the_case():
     def crashes(model, src, src_valid_lens, bos, eos, max_len):
         raise RuntimeError("boom")
 
-    result = check("training.greedy_decode_loop", crashes, quiet=True)
-    assert result.passed is False
-    assert "padded batch" in result.message and "RuntimeError: boom" in result.message, result.message
-
-
-def test_greedy_stub_is_not_answered():
-    result = check("training.greedy_decode_loop", _stub, quiet=True)
-    assert result.answered is False
-    assert result.passed is False
+    fails_with("training.greedy_decode_loop", crashes, "padded batch", "RuntimeError: boom")
 
 
 # --- training.label_smoothed_masked_ce ----------------------------------------------------------
@@ -221,15 +200,13 @@ def ls_sum_over_classes(logits, targets, valid_lens, eps):
     return (token * m).sum() / m.sum()
 
 
-def test_label_smoothing_notebook_solution_passes():
-    ns = _solution_namespace("ch08-ex-label-smoothing")
-    result = check("training.label_smoothed_masked_ce", ns["label_smoothed_masked_ce"], quiet=True)
-    assert result.passed, result.message
-    assert result.n_checks == 8
+def test_label_smoothing_notebook_solution_passes(solutions):
+    ns = solutions("ch08-ex-label-smoothing")
+    assert passes("training.label_smoothed_masked_ce", ns["label_smoothed_masked_ce"]).n_checks == 8
 
 
-def test_label_smoothing_solution_with_eps_zero_is_the_library_masked_ce():
-    ns = _solution_namespace("ch08-ex-label-smoothing")
+def test_label_smoothing_solution_with_eps_zero_is_the_library_masked_ce(solutions):
+    ns = solutions("ch08-ex-label-smoothing")
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 6, 9, generator=g)
     targets = torch.randint(0, 9, (3, 6), generator=g)
@@ -251,10 +228,7 @@ def test_label_smoothing_solution_with_eps_zero_is_the_library_masked_ce():
     ],
 )
 def test_label_smoothing_wrong_answers_fail_with_hint(answer, hint):
-    result = check("training.label_smoothed_masked_ce", answer, quiet=True)
-    assert result.answered
-    assert result.passed is False
-    assert hint in result.message, result.message
+    fails_with("training.label_smoothed_masked_ce", answer, hint)
 
 
 def test_label_smoothing_python_float_is_rejected():
@@ -262,12 +236,5 @@ def test_label_smoothing_python_float_is_rejected():
         m = _mask(targets, valid_lens)
         return ((_token_loss(logits, targets, eps) * m).sum() / m.sum()).item()
 
-    result = check("training.label_smoothed_masked_ce", returns_float, quiet=True)
-    assert result.passed is False
-    assert "expected a scalar tensor" in result.message, result.message
+    fails_with("training.label_smoothed_masked_ce", returns_float, "expected a scalar tensor")
 
-
-def test_label_smoothing_stub_is_not_answered():
-    result = check("training.label_smoothed_masked_ce", _stub, quiet=True)
-    assert result.answered is False
-    assert result.passed is False

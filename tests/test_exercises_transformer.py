@@ -1,32 +1,16 @@
-"""The chapter 7 checkers accept the notebook's solutions, reject typical mistakes with a specific
-hint, and report stubs as not answered."""
+"""The chapter 7 checkers accept the notebook's solutions and reject typical mistakes
+with a specific hint (their stubs: test_exercises_core.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
-from notebook_solutions import solution_namespace, stub
+from exercise_helpers import fails_with, passes
 
 import course_lib as cl
-from course_lib.exercises import check
 
 NOTEBOOK = "07_transformer_architecture.ipynb"
-
-
-def _solution_namespace(*labels: str, **names: object) -> dict:
-    return solution_namespace(NOTEBOOK, *labels, **names)
-
-
-_stub = stub
-
-
-@pytest.mark.parametrize("exercise", ["transformer.layer_norm", "transformer.look_ahead_and_padding_mask",
-                                      "transformer.num_parameters"])
-def test_stub_is_reported_not_answered(exercise):
-    result = check(exercise, _stub, quiet=True)
-    assert not result.answered and not result.passed
-    assert "not answered yet" in result.message
 
 
 # --- transformer.layer_norm ----------------------------------------------------------------------
@@ -62,18 +46,14 @@ def casts_to_float32(X, gamma, beta, eps=1e-5):
     return F.layer_norm(X.float(), (X.shape[-1],), gamma.float(), beta.float(), eps)
 
 
-def test_layer_norm_notebook_solution_passes():
-    ns = _solution_namespace("ch07-ex-layer-norm")
-    result = check("transformer.layer_norm", ns["layer_norm"], quiet=True)
-    assert result.passed, result.message
-    assert result.n_checks >= 5
+def test_layer_norm_notebook_solution_passes(solutions):
+    ns = solutions("ch07-ex-layer-norm")
+    assert passes("transformer.layer_norm", ns["layer_norm"]).n_checks >= 5
 
 
 def test_layer_norm_builtin_passes():
     # An independent correct answer: the checker must not demand one particular implementation.
-    result = check("transformer.layer_norm", lambda X, g, b, eps: F.layer_norm(X, (X.shape[-1],), g, b, eps),
-                   quiet=True)
-    assert result.passed, result.message
+    passes("transformer.layer_norm", lambda X, g, b, eps: F.layer_norm(X, (X.shape[-1],), g, b, eps))
 
 
 @pytest.mark.parametrize(
@@ -88,9 +68,7 @@ def test_layer_norm_builtin_passes():
     ],
 )
 def test_layer_norm_wrong_answers_fail_with_hint(answer, hint):
-    result = check("transformer.layer_norm", answer, quiet=True)
-    assert result.answered and result.passed is False
-    assert hint in result.message, result.message
+    fails_with("transformer.layer_norm", answer, hint)
 
 
 # --- transformer.look_ahead_and_padding_mask --------------------------------------------------------
@@ -142,11 +120,9 @@ def padding_off_by_one(n_queries, n_keys, valid_lens):
     return (j <= i) & (j <= valid_lens[:, None, None])
 
 
-def test_mask_notebook_solution_passes():
-    ns = _solution_namespace("ch07-ex-mask")
-    result = check("transformer.look_ahead_and_padding_mask", ns["look_ahead_and_padding_mask"], quiet=True)
-    assert result.passed, result.message
-    assert result.n_checks == 3
+def test_mask_notebook_solution_passes(solutions):
+    ns = solutions("ch07-ex-mask")
+    assert passes("transformer.look_ahead_and_padding_mask", ns["look_ahead_and_padding_mask"]).n_checks == 3
 
 
 def _library_mask(n_queries, n_keys, valid_lens, **causal):
@@ -157,16 +133,16 @@ def _library_mask(n_queries, n_keys, valid_lens, **causal):
 @pytest.mark.parametrize("variant", [0, 1, 2])
 def test_mask_library_composition_passes(variant):
     # The exercise follows the library's convention: the queries are the last positions (bottom-right).
-    result = check("transformer.look_ahead_and_padding_mask", _library_mask, quiet=True, variant=variant)
-    assert result.passed, result.message
+    passes("transformer.look_ahead_and_padding_mask", _library_mask, variant=variant)
 
 
 def test_mask_aligned_top_left_fails_with_the_convention_named():
     # cl.causal_mask(..., offset=0) is scaled_dot_product_attention's is_causal: right only when n_q == n_k.
-    result = check("transformer.look_ahead_and_padding_mask",
-                   lambda n_q, n_k, lens: _library_mask(n_q, n_k, lens, offset=0), quiet=True)
-    assert result.answered and not result.passed
-    assert "n_queries=3, n_keys=5" in result.message and "aligned with the first keys" in result.message
+    def top_left(n_q, n_k, lens):
+        return _library_mask(n_q, n_k, lens, offset=0)
+
+    fails_with("transformer.look_ahead_and_padding_mask", top_left,
+               "n_queries=3, n_keys=5", "aligned with the first keys")
 
 
 def test_mask_hidden_variants_include_fewer_queries_than_keys():
@@ -195,9 +171,7 @@ def test_mask_hidden_variants_include_fewer_queries_than_keys():
     ],
 )
 def test_mask_wrong_answers_fail_with_hint(answer, hint):
-    result = check("transformer.look_ahead_and_padding_mask", answer, quiet=True)
-    assert result.answered and result.passed is False
-    assert hint in result.message, result.message
+    fails_with("transformer.look_ahead_and_padding_mask", answer, hint)
 
 
 # --- transformer.num_parameters ----------------------------------------------------------------------
@@ -260,11 +234,9 @@ def returns_a_float(c):
     return float(_total(c, attention, ffn, norm))
 
 
-def test_num_parameters_notebook_solution_passes():
-    ns = _solution_namespace("ch07-ex-num-parameters")
-    result = check("transformer.num_parameters", ns["transformer_num_parameters"], quiet=True)
-    assert result.passed, result.message
-    assert result.n_checks == 5
+def test_num_parameters_notebook_solution_passes(solutions):
+    ns = solutions("ch07-ex-num-parameters")
+    assert passes("transformer.num_parameters", ns["transformer_num_parameters"]).n_checks == 5
 
 
 @pytest.mark.parametrize(
@@ -281,6 +253,4 @@ def test_num_parameters_notebook_solution_passes():
     ],
 )
 def test_num_parameters_wrong_answers_fail_with_hint(answer, hint):
-    result = check("transformer.num_parameters", answer, quiet=True)
-    assert result.answered and result.passed is False
-    assert hint in result.message, result.message
+    fails_with("transformer.num_parameters", answer, hint)

@@ -1,5 +1,5 @@
-"""The chapter 8.1 checkers accept the notebook's solutions, reject typical mistakes with a specific
-hint, and report stubs as not answered."""
+"""The chapter 8.1 checkers accept the notebook's solutions and reject typical mistakes
+with a specific hint (their stubs: test_exercises_core.py)."""
 
 from __future__ import annotations
 
@@ -7,20 +7,12 @@ import math
 from collections import Counter
 
 import pytest
-from notebook_solutions import solution_namespace, stub
+from exercise_helpers import fails_with, passes
 
 import course_lib as cl
 from course_lib.data import normalize_text, tokenize_words
-from course_lib.exercises import check
 
 NOTEBOOK = "08b_translation.ipynb"
-
-
-def _solution_namespace(*labels: str, **names: object) -> dict:
-    return solution_namespace(NOTEBOOK, *labels, **names)
-
-
-_stub = stub
 
 
 def _grams(tokens, n):
@@ -75,11 +67,9 @@ def returns_a_ratio(pred, refs, n):
     return sum(min(c, best[g]) for g, c in grams.items()) / max(total, 1)
 
 
-def test_ngram_precision_notebook_solution_passes():
-    ns = _solution_namespace("ch08b-ex-ngram")
-    result = check("translation.ngram_precision", ns["ngram_precision"], quiet=True)
-    assert result.passed, result.message
-    assert result.n_checks >= 8
+def test_ngram_precision_notebook_solution_passes(solutions):
+    ns = solutions("ch08b-ex-ngram")
+    assert passes("translation.ngram_precision", ns["ngram_precision"]).n_checks >= 8
 
 
 @pytest.mark.parametrize(
@@ -94,27 +84,18 @@ def test_ngram_precision_notebook_solution_passes():
     ],
 )
 def test_ngram_precision_wrong_answers_fail_with_hint(answer, hint):
-    result = check("translation.ngram_precision", answer, quiet=True)
-    assert result.answered
-    assert result.passed is False
-    assert hint in result.message, result.message
+    fails_with("translation.ngram_precision", answer, hint)
 
 
-def test_ngram_precision_matches_library_corpus_bleu_when_composed():
+def test_ngram_precision_matches_library_corpus_bleu_when_composed(solutions):
     # The checker's brute-force counts and cl.corpus_bleu (tested against sacrebleu) must agree:
     # unigram-only corpus BLEU of a long-enough hypothesis is 100 * matches / total.
-    ns = _solution_namespace("ch08b-ex-ngram")
+    ns = solutions("ch08b-ex-ngram")
     pred = "the the the the the the the".split()
     refs = ["the cat is on the mat".split(), "there is a cat on the mat".split()]
     matches, total = ns["ngram_precision"](pred, refs, 1)
     assert (matches, total) == (2, 7)
     assert cl.corpus_bleu([pred], [refs], max_n=1) == pytest.approx(100 * 2 / 7)
-
-
-def test_ngram_precision_stub_is_not_answered():
-    result = check("translation.ngram_precision", _stub, quiet=True)
-    assert result.answered is False
-    assert "not answered yet" in result.message
 
 
 # --- translation.brevity_penalty ----------------------------------------------------------------
@@ -136,17 +117,16 @@ def nan_for_empty(c, r):
     return 1.0 if c >= r else (math.exp(1 - r / c) if c else float("nan"))
 
 
-def test_brevity_penalty_notebook_solution_passes():
-    ns = _solution_namespace("ch08b-ex-ngram", "ch08b-ex-brevity", hyp_tokens=[["a"]], ref_tokens=[[["a"]]])
-    result = check("translation.brevity_penalty", ns["brevity_penalty"], quiet=True)
-    assert result.passed, result.message
+def test_brevity_penalty_notebook_solution_passes(solutions):
+    ns = solutions("ch08b-ex-ngram", "ch08b-ex-brevity", hyp_tokens=[["a"]], ref_tokens=[[["a"]]])
+    passes("translation.brevity_penalty", ns["brevity_penalty"])
 
 
-def test_brevity_solution_rebuilds_corpus_bleu_like_the_library():
+def test_brevity_solution_rebuilds_corpus_bleu_like_the_library(solutions):
     # The solution composes ngram_precision and brevity_penalty into corpus BLEU: it must equal
     # cl.corpus_bleu (itself tested against sacrebleu) on a corpus with a brevity penalty, several
     # references and a tie between two reference lengths.
-    ns = _solution_namespace("ch08b-ex-ngram", "ch08b-ex-brevity", hyp_tokens=[["a"]], ref_tokens=[[["a"]]])
+    ns = solutions("ch08b-ex-ngram", "ch08b-ex-brevity", hyp_tokens=[["a"]], ref_tokens=[[["a"]]])
     my_corpus_bleu = ns["my_corpus_bleu"]
     hyps = [["il", "fait", "froid", "."], ["oui", "."], ["a", "b", "c", "d", "e"]]
     refs = [[["il", "fait", "très", "froid", "."]], [["oui", "!"], ["oui", "."]],
@@ -166,14 +146,7 @@ def test_brevity_solution_rebuilds_corpus_bleu_like_the_library():
     ],
 )
 def test_brevity_penalty_wrong_answers_fail_with_hint(answer, hint):
-    result = check("translation.brevity_penalty", answer, quiet=True)
-    assert result.answered
-    assert result.passed is False
-    assert hint in result.message, result.message
-
-
-def test_brevity_penalty_stub_is_not_answered():
-    assert check("translation.brevity_penalty", _stub, quiet=True).answered is False
+    fails_with("translation.brevity_penalty", answer, hint)
 
 
 # --- translation.normalize_pair -----------------------------------------------------------------
@@ -240,17 +213,14 @@ def d2l_spaces_then_split_on_space(line):
     return side(cols[0]), side(cols[1])
 
 
-def test_normalize_pair_notebook_solution_passes():
-    ns = _solution_namespace("ch08b-ex-normalize")
-    result = check("translation.normalize_pair", ns["normalize_pair"], quiet=True)
-    assert result.passed, result.message
-    assert result.n_checks >= 15
+def test_normalize_pair_notebook_solution_passes(solutions):
+    ns = solutions("ch08b-ex-normalize")
+    assert passes("translation.normalize_pair", ns["normalize_pair"]).n_checks >= 15
 
 
 def test_normalize_pair_library_pipeline_passes():
     # The library's normaliser (tested against D2L's code) and the checker's hand-written pairs agree.
-    result = check("translation.normalize_pair", _good, quiet=True)
-    assert result.passed, result.message
+    passes("translation.normalize_pair", _good)
 
 
 @pytest.mark.parametrize(
@@ -265,11 +235,5 @@ def test_normalize_pair_library_pipeline_passes():
     ],
 )
 def test_normalize_pair_wrong_answers_fail_with_hint(answer, hint):
-    result = check("translation.normalize_pair", answer, quiet=True)
-    assert result.answered
-    assert result.passed is False
-    assert hint in result.message, result.message
+    fails_with("translation.normalize_pair", answer, hint)
 
-
-def test_normalize_pair_stub_is_not_answered():
-    assert check("translation.normalize_pair", _stub, quiet=True).answered is False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import copy
 import sys
 import textwrap
 import traceback
@@ -169,14 +170,23 @@ def _fmt(t: object) -> str:
     return repr(t)
 
 
+def expect_tensor(actual: object, what: str, shape: tuple[int, ...] | None = None, layout: str = "", *,
+                  floating: bool = False) -> torch.Tensor:
+    """Fail unless ``actual`` is a tensor: floating-point if ``floating``, of ``shape`` when given (``layout``
+    names its axes in the message, e.g. ``"(batch, T, d)"``). Returns it."""
+    expect(isinstance(actual, torch.Tensor), f"{what}: expected a torch.Tensor, got {type(actual).__name__}")
+    if floating:
+        expect(actual.dtype.is_floating_point, f"{what}: expected a floating-point tensor, got dtype {actual.dtype}")
+    if shape is not None:
+        expect(tuple(actual.shape) == tuple(shape),
+               f"{what}: expected shape {tuple(shape)}{' = ' + layout if layout else ''}, got {tuple(actual.shape)}")
+    return actual
+
+
 def expect_close(actual: object, expected: torch.Tensor, what: str, atol: float = 1e-5,
                  rtol: float = 1e-4) -> None:
     """Fail unless ``actual`` is a tensor of ``expected``'s shape with close values."""
-    expect(isinstance(actual, torch.Tensor),
-           f"{what}: expected a torch.Tensor, got {type(actual).__name__}")
-    expect(tuple(actual.shape) == tuple(expected.shape),
-           f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)}")
-    actual = actual.detach().to("cpu", torch.float64)
+    actual = expect_tensor(actual, what, expected.shape).detach().to("cpu", torch.float64)
     expected = expected.detach().to("cpu", torch.float64)
     expect(not bool(torch.isnan(actual).any()) or bool(torch.isnan(expected).any()),
            f"{what}: your result contains NaN: {_fmt(actual)}")
@@ -238,6 +248,17 @@ def expect_same(actual: object, expected: object, mistakes: Mistakes = (), *, ot
     expect_none_of(actual, expected, mistakes, same)
     if not same(actual, expected):
         raise ExerciseFailure(otherwise() if callable(otherwise) else otherwise)
+
+
+@contextlib.contextmanager
+def unchanged(message: str, *arguments: object) -> Iterator[None]:
+    """Fail with ``message`` when the block (a call of the answer) changed one of ``arguments`` in place.
+
+    Tensors are compared by :func:`equal` with a clone taken before the block, other values with a deep copy.
+    """
+    before = [a.clone() if isinstance(a, torch.Tensor) else copy.deepcopy(a) for a in arguments]
+    yield
+    expect(all(equal(a, b) for a, b in zip(arguments, before, strict=True)), message)
 
 
 @contextlib.contextmanager

@@ -25,8 +25,10 @@ from ._core import (
     expect_none_of,
     expect_raises,
     expect_same,
+    expect_tensor,
     generator,
     hinted,
+    unchanged,
 )
 
 
@@ -76,16 +78,14 @@ def check_attention_weights(answer: Callable) -> int:
     g = generator(11)
 
     def run(case: str, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        q_before, k_before = queries.clone(), keys.clone()
-        with _SoftmaxSpy() as spy:
-            got = call(answer, case, queries, keys)
-        expect(not spy.used,
-               f"{case}: your function calls torch's {', '.join(sorted(spy.used))}; the exercise asks you to "
-               "build the weights from torch.exp and .sum only (softmax is what you are writing).")
-        expect(torch.equal(queries, q_before) and torch.equal(keys, k_before),
-               f"{case}: your function changed its inputs in place; compute new tensors instead (e.g. "
-               "`scores - max` rather than `scores -= max` on a view of the inputs).")
-        expect(isinstance(got, torch.Tensor), f"{case}: expected a torch.Tensor, got {type(got).__name__}")
+        with unchanged(f"{case}: your function changed its inputs in place; compute new tensors instead (e.g. "
+                       "`scores - max` rather than `scores -= max` on a view of the inputs).", queries, keys):
+            with _SoftmaxSpy() as spy:
+                got = call(answer, case, queries, keys)
+            expect(not spy.used,
+                   f"{case}: your function calls torch's {', '.join(sorted(spy.used))}; the exercise asks you to "
+                   "build the weights from torch.exp and .sum only (softmax is what you are writing).")
+        expect_tensor(got, case)
         return got
 
     def compare(case: str, got: torch.Tensor, queries: torch.Tensor, keys: torch.Tensor) -> None:
@@ -201,10 +201,8 @@ def check_database_lookup(answer: Callable) -> int:
 
     def lookup(case: tuple[str, torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
         name, query, keys, values = case
-        k_before, v_before = keys.clone(), values.clone()
-        got = call(answer, name, query, keys, values)
-        expect(torch.equal(keys, k_before) and torch.equal(values, v_before),
-               f"{name}: your function changed keys or values in place")
+        with unchanged(f"{name}: your function changed keys or values in place", keys, values):
+            got = call(answer, name, query, keys, values)
         expect(isinstance(got, tuple) and len(got) == 2,
                f"{name}: return the pair (value, weights), got {type(got).__name__}")
         value, weights = got

@@ -24,14 +24,10 @@ from ._core import (
     expect_close,
     expect_match,
     expect_raises,
+    expect_tensor,
     generator,
+    unchanged,
 )
-
-
-def _expect_tensor(got: object, shape: tuple[int, ...], case: str, layout: str) -> None:
-    expect(isinstance(got, torch.Tensor), f"{case}: expected a torch.Tensor, got {type(got).__name__}")
-    expect(tuple(got.shape) == shape, f"{case}: expected shape {shape} = {layout}, got {tuple(got.shape)}")
-
 
 # ----------------------------------------------------------------------------- split / merge heads
 
@@ -60,17 +56,16 @@ def check_split_heads(answer: Callable) -> int:
         d_h = d // h
         name = f"X of shape {(batch, T, d)}, num_heads={h}"
         X = torch.randn(batch, T, d, generator=g, dtype=torch.float64)
-        X_before = X.clone()
-        got = call(answer, name, X, h)
-        expect(torch.equal(X, X_before), f"{name}: your function changed X in place")
-        expect(isinstance(got, torch.Tensor), f"{name}: expected a torch.Tensor, got {type(got).__name__}")
+        with unchanged(f"{name}: your function changed X in place", X):
+            got = call(answer, name, X, h)
+        expect_tensor(got, name)
         if tuple(got.shape) == (batch, T, h, d_h) and T != h:
             raise ExerciseFailure(
                 f"{name}: got shape {tuple(got.shape)} = (batch, T, h, d_h): the transpose is missing. After "
                 "splitting the last axis into (h, d_h), move the head axis before the token axis "
                 "(.transpose(1, 2)) so that each head is an independent (T, d_h) attention problem."
             )
-        _expect_tensor(got, (batch, h, T, d_h), name, "(batch, num_heads, T, d_h)")
+        expect_tensor(got, name, (batch, h, T, d_h), "(batch, num_heads, T, d_h)")
         mistakes = [
             (X.reshape(batch, h, T, d_h),
              f"{name}: you reshaped (batch, T, d) straight to (batch, h, T, d_h). The shape is right but "
@@ -108,7 +103,7 @@ def check_merge_heads(answer: Callable) -> int:
         name = f"X of shape {(batch, h, T, d_h)}"
         X = torch.randn(batch, h, T, d_h, generator=g, dtype=torch.float64)
         got = call(answer, name, X)
-        _expect_tensor(got, (batch, T, d), name, "(batch, T, h * d_h)")
+        expect_tensor(got, name, (batch, T, d), "(batch, T, h * d_h)")
         mistakes = [
             (X.reshape(batch, T, d),
              f"{name}: you reshaped (batch, h, T, d_h) straight to (batch, T, h*d_h), which mixes tokens "
@@ -233,7 +228,7 @@ def check_multihead_attention(answer: Callable) -> int:
         args = (queries, keys, values, *W)
         kwargs = {} if valid_lens is None else {"valid_lens": valid_lens}
         got = call(answer, name, *args, h, **kwargs)
-        _expect_tensor(got, (batch, n_q, d), name, "(batch, n_queries, d)")
+        expect_tensor(got, name, (batch, n_q, d), "(batch, n_queries, d)")
         expect(not bool(torch.isnan(got.detach()).any()), f"{name}: your output contains NaN")
         mistakes = [(result, f"{name}: {hint}") for result, hint in _mha_mistakes(args, kwargs, h, d)]
         expect_match(got, _loop_mha(*args, h, **kwargs), name, mistakes, atol=1e-6)

@@ -22,7 +22,9 @@ from ._core import (
     expect_close,
     expect_match,
     expect_same,
+    expect_tensor,
     generator,
+    unchanged,
     variant,
 )
 
@@ -64,12 +66,10 @@ def check_nw_predict(answer: Callable) -> int:
 
     def run(case: str, x_train: torch.Tensor, y_train: torch.Tensor, x_query: torch.Tensor,
             bandwidth: float) -> torch.Tensor:
-        before = (x_train.clone(), y_train.clone(), x_query.clone())
-        got = call(answer, case, x_train, y_train, x_query, bandwidth)
-        after = (x_train, y_train, x_query)
-        expect(all(torch.equal(b, a) for b, a in zip(before, after, strict=True)),
-               f"{case}: your function changed its inputs in place; compute new tensors instead")
-        expect(isinstance(got, torch.Tensor), f"{case}: expected a torch.Tensor, got {type(got).__name__}")
+        with unchanged(f"{case}: your function changed its inputs in place; compute new tensors instead",
+                       x_train, y_train, x_query):
+            got = call(answer, case, x_train, y_train, x_query, bandwidth)
+        expect_tensor(got, case)
         expect(tuple(got.shape) == (len(x_query),),
                f"{case}: expected one prediction per query, shape ({len(x_query)},), got {tuple(got.shape)}"
                " (return the predictions only, not the weights)")
@@ -179,10 +179,8 @@ def check_leave_one_out_loss(answer: Callable) -> int:
 
     def run(case: str, w: float, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         w_t = torch.tensor(w, dtype=x.dtype, requires_grad=True)
-        before = (x.clone(), y.clone())
-        got = call(answer, case, w_t, x, y)
-        expect(torch.equal(before[0], x) and torch.equal(before[1], y),
-               f"{case}: your function changed x or y in place; compute new tensors instead")
+        with unchanged(f"{case}: your function changed x or y in place; compute new tensors instead", x, y):
+            got = call(answer, case, w_t, x, y)
         expect(isinstance(got, torch.Tensor),
                f"{case}: expected a 0-dim torch.Tensor (the loss), got {type(got).__name__}; keep it a "
                "tensor (no .item()) so that it can be differentiated")

@@ -25,15 +25,9 @@ from ._core import (
     expect,
     expect_match,
     expect_raises,
+    expect_tensor,
     integer,
 )
-
-
-def _as_float64(got: object, shape: tuple[int, ...], case: str, layout: str) -> torch.Tensor:
-    expect(isinstance(got, torch.Tensor), f"{case}: expected a torch.Tensor, got {type(got).__name__}")
-    expect(got.dtype.is_floating_point, f"{case}: expected a floating-point tensor, got dtype {got.dtype}")
-    expect(tuple(got.shape) == shape, f"{case}: expected shape {shape} = {layout}, got {tuple(got.shape)}")
-    return got.detach().to("cpu", torch.float64)
 
 
 def _loop_table(T: int, d: int, *, exponent: Callable[[int, int], float] | None = None, start: int = 0,
@@ -101,7 +95,7 @@ def check_sinusoidal_positions(answer: Callable) -> int:
                                    "without the batch axis.")
         expect(shape != (d, T) or d == T, f"{case}: got shape {(d, T)}, the transpose: rows are positions, "
                                           "columns features, shape (T, d).")
-        _as_float64(got, (T, d), case, "(T, d)")
+        expect_tensor(got, case, (T, d), "(T, d)", floating=True)
         expect_match(got, _loop_table(T, d), case,
                      [(partial(_loop_table, T, d, **kwargs), f"{case}: {hint}") for kwargs, hint in _TABLE_MISTAKES],
                      atol=2e-5)
@@ -136,7 +130,7 @@ def check_rotation_matrix(answer: Callable) -> int:
         k, d = size
         case = f"k={k}, d={d}"
         got = call(answer, case, k, d)
-        actual = _as_float64(got, (d, d), case, "(d, d)")
+        actual = expect_tensor(got, case, (d, d), "(d, d)", floating=True).detach().to("cpu", torch.float64)
         mistakes = [
             (lambda: _rotation(k, d, backwards=True),
              f"{case}: your R_k moves positions backwards, R_k p_t = p_(t-k) (it is the transpose of the "

@@ -20,8 +20,10 @@ from ._core import (
     expect,
     expect_close,
     expect_match,
+    expect_tensor,
     generator,
     hinted,
+    unchanged,
 )
 
 
@@ -59,11 +61,9 @@ def check_masked_softmax(answer: Callable) -> int:
 
     def one_length_per_example() -> int:
         # The D2L example: three sentences of valid lengths 4, 3, 2 padded to 4 keys.
-        X_before = X.clone()
         lens = torch.tensor([4, 3, 2])
-        got = call(answer, "1-D valid_lens [4, 3, 2]", X, lens)
-        expect(torch.equal(X, X_before),
-               "your function changed X in place; use X.masked_fill (no underscore) to get a new tensor")
+        with unchanged("your function changed X in place; use X.masked_fill (no underscore) to get a new tensor", X):
+            got = call(answer, "1-D valid_lens [4, 3, 2]", X, lens)
         expect_close(got, _loop_masked_softmax(X, lens), "1-D valid_lens [4, 3, 2] (one length per example)")
         return 2
 
@@ -168,7 +168,7 @@ def check_additive_score(answer: Callable) -> int:
         w_v = torch.randn(h, generator=g)
         got = call(answer, name, queries, keys, W_q, W_k, w_v)
         expected = _loop_additive(queries, keys, W_q, W_k, w_v)
-        expect(isinstance(got, torch.Tensor), f"{name}: expected a torch.Tensor, got {type(got).__name__}")
+        expect_tensor(got, name)
         if tuple(got.shape) == (batch, n_k, n_q) and n_q != n_k:
             raise ExerciseFailure(
                 f"{name}: expected shape {(batch, n_q, n_k)} = (batch, n_queries, n_keys), got "

@@ -22,6 +22,7 @@ from ._core import (
     expect_close,
     expect_match,
     expect_same,
+    expect_tensor,
     generator,
     integer,
 )
@@ -54,8 +55,7 @@ def check_window_global_pattern(answer: Callable) -> int:
         case = f"n={n}, window={window}, n_global={n_global}"
         got = call(answer, case, n, window, n_global)
         expected = _loop_window_global(n, window, n_global)
-        expect(isinstance(got, torch.Tensor), f"{case}: return a torch.Tensor, got {type(got).__name__}")
-        expect(tuple(got.shape) == (n, n), f"{case}: expected shape ({n}, {n}), got {tuple(got.shape)}")
+        expect_tensor(got, case, (n, n))
         expect(got.dtype == torch.bool,
                f"{case}: return a bool tensor (True = attend), got dtype {got.dtype}; comparisons such as "
                "(i - j).abs() <= window give one, combine them with | and &")

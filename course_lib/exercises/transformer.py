@@ -23,8 +23,10 @@ from ._core import (
     expect_close,
     expect_match,
     expect_same,
+    expect_tensor,
     generator,
     integer,
+    unchanged,
 )
 
 # ----------------------------------------------------------------------------------- layer norm
@@ -69,10 +71,9 @@ def check_layer_norm(answer: Callable) -> int:
             gamma, beta = torch.ones(d), torch.zeros(d)
         else:
             gamma, beta = 1.0 + 0.5 * torch.randn(d, generator=g), torch.randn(d, generator=g)
-        X_before = X.clone()
-        got = call(answer, name, X, gamma, beta, eps)
-        expect(torch.equal(X, X_before), f"{name}: your function changed X in place; compute a new tensor")
-        expect(isinstance(got, torch.Tensor), f"{name}: expected a torch.Tensor, got {type(got).__name__}")
+        with unchanged(f"{name}: your function changed X in place; compute a new tensor", X):
+            got = call(answer, name, X, gamma, beta, eps)
+        expect_tensor(got, name)
         expect(tuple(got.shape) == tuple(X.shape),
                f"{name}: the output must have the shape of X, {tuple(X.shape)}, got {tuple(got.shape)}")
         mistakes = [
@@ -165,7 +166,7 @@ def check_look_ahead_and_padding_mask(answer: Callable) -> int:
         name = f"n_queries={n_q}, n_keys={n_k}, valid_lens={lens}"
         got = call(answer, name, n_q, n_k, torch.tensor(lens))
         expected = _loop_mask(n_q, n_k, lens)
-        expect(isinstance(got, torch.Tensor), f"{name}: expected a torch.Tensor, got {type(got).__name__}")
+        expect_tensor(got, name)
         expect(tuple(got.shape) == tuple(expected.shape),
                f"{name}: expected shape (batch, n_queries, n_keys) = {tuple(expected.shape)}, got {tuple(got.shape)}")
         expect(got.dtype == torch.bool,

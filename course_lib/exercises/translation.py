@@ -24,6 +24,7 @@ from ._core import (
     expect,
     expect_same,
     integer,
+    unchanged,
 )
 
 # --- translation.ngram_precision ----------------------------------------------------------------
@@ -71,10 +72,8 @@ def check_ngram_precision(answer: Callable) -> int:
         # Papineni et al.'s example: a repeated word must be clipped by its count in one reference.
         pred = _words("the the the the the the the")
         refs = [_words("the cat is on the mat"), _words("there is a cat on the mat")]
-        pred_before, refs_before = list(pred), [list(r) for r in refs]
-        got = _as_pair(call(answer, "Papineni's 'the the the ...' example", pred, refs, 1), "n = 1")
-        expect(pred == pred_before and refs == refs_before, "your function changed its arguments; count in new "
-                                                            "objects")
+        with unchanged("your function changed its arguments; count in new objects", pred, refs):
+            got = _as_pair(call(answer, "Papineni's 'the the the ...' example", pred, refs, 1), "n = 1")
         expect(got[1] == 7, f"'the' x 7 has 7 unigrams: the total must be 7, got {got[1]}")
         mistakes = [
             ((7, 7), "'the the the the the the the' got 7 matching unigrams: clip each n-gram's count by the most "

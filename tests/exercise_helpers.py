@@ -1,8 +1,13 @@
-"""Run the worked solutions of a book notebook in the tests (shared by ``tests/test_exercises_*.py``).
+"""What the tests of the exercises share (``tests/test_exercises_*.py``): running a book notebook's worked
+solutions, and asserting what a checker says about an answer.
 
 A solution is the code between a markdown cell holding ```` ```{solution-start} label ```` and the
 next one holding ```` ```{solution-end} ````, the format every chapter uses. The checker call that
 closes a solution (``check(...)``, showing "passed" in the book) is not part of it.
+
+A test module sets ``NOTEBOOK`` and takes the fixtures ``solutions`` / ``solution_function``
+(``tests/conftest.py``) to run that notebook's solutions. The stub of every checker is tested once,
+in ``test_exercises_core.py``.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import course_lib as cl
+from course_lib.exercises import CheckResult, check
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 
@@ -60,3 +66,20 @@ def solution_namespace(notebook: str, *labels: str, defining: str | None = None,
 def stub(*args: object, **kwargs: object) -> None:
     """An unanswered exercise: what the student notebook's stub cell does."""
     raise NotImplementedError
+
+
+def passes(exercise: str, answer: object, *, variant: int = 0) -> CheckResult:
+    """Check ``answer``: it must pass. Returns the result (to look at its ``n_checks``)."""
+    result = check(exercise, answer, quiet=True, variant=variant)
+    assert result.passed, result.message
+    return result
+
+
+def fails_with(exercise: str, answer: object, *hints: str) -> CheckResult:
+    """Check ``answer``: it must be answered and not yet right (no checker error), and its message must
+    contain every one of ``hints``. Returns the result."""
+    result = check(exercise, answer, quiet=True)
+    assert result.answered and result.passed is False and not result.checker_error, result.message
+    for hint in hints:
+        assert hint in result.message, result.message
+    return result

@@ -1,0 +1,41 @@
+"""Assignments from the book: student notebooks, otter-grader autograders, and grading (``make assignments``).
+
+The book's notebooks are the single source. For every chapter with exercises, ``make assignments``
+writes:
+
+- ``dist/instructor/<chapter>.ipynb``: the book's notebook (worked solutions, executed outputs);
+- ``dist/student/<chapter>.ipynb``: an otter-grader student notebook: plain Markdown (no MyST
+  directives or roles), the statements, a stub or an answer cell per exercise, ``grader.check(...)``
+  cells that run the public tests (the course's checkers, with their specific feedback), no
+  solutions and no outputs;
+- ``dist/autograder/<chapter>.zip``: the otter autograder (public and hidden tests, points), for
+  ``otter run``, ``otter grade`` (Docker) or Gradescope.
+
+Both are produced by ``otter assign`` from a master notebook that :func:`master_notebook` writes from
+the chapter. Each coding exercise's tests call the checker the book calls (``course_lib.exercises``,
+one definition): the public test on the book's cases, the hidden test on other random cases
+(``check(..., variant=1)``). Derivations and experiments are manual questions with an answer cell.
+
+Grading (:func:`grade`) runs ``otter run`` on each submission in its own process, with a time limit::
+
+    python -m course_lib.assignments generate [--book book] [--out dist]
+    python -m course_lib.assignments grade --out grades [--timeout 600] submissions/*.ipynb
+
+and writes ``grades.csv`` (one row per submission and exercise), per-submission feedback and the
+manual answers. Scores come from otter's results, never from what a notebook prints.
+
+The package is split by job: :mod:`~course_lib.assignments.generation` (master notebooks, ``otter
+assign``), :mod:`~course_lib.assignments.grading` (``otter run``, the gradebook) and the command line
+:mod:`~course_lib.assignments.cli`, over two shared helpers: ``_notebook`` (where the solutions are,
+the student version, what generated notebooks and the grader agree on) and ``_markdown`` (MyST to
+plain Markdown).
+"""
+
+from ._markdown import to_plain_markdown
+from ._notebook import solution_sources, strip_solutions
+from .cli import main
+from .generation import make_assignments, master_notebook
+from .grading import GRADE_COLUMNS, grade
+
+__all__ = ["strip_solutions", "solution_sources", "to_plain_markdown", "master_notebook", "make_assignments",
+           "grade", "GRADE_COLUMNS", "main"]
