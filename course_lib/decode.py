@@ -268,10 +268,6 @@ def sequence_log_prob(model: Seq2SeqModel, src: torch.Tensor, src_valid_lens: to
     return (token_logp * valid).sum(dim=1)
 
 
-def _check_decoding(decoding: object) -> None:
-    check_choice(decoding, "decoding", ("greedy", "beam"))
-
-
 def decode_batch(model: Seq2SeqModel, src: torch.Tensor, src_valid_lens: torch.Tensor,
                  decoding: Literal["greedy", "beam"] = "greedy", *, max_len: int | None = None, bos: int = 1,
                  eos: int = 2, beam_size: int = 4, length_penalty: float = 0.6) -> list[list[int]]:
@@ -286,7 +282,7 @@ def decode_batch(model: Seq2SeqModel, src: torch.Tensor, src_valid_lens: torch.T
     Returns:
         B lists of token ids, without ``<bos>`` and ``<eos>``.
     """
-    _check_decoding(decoding)
+    check_choice(decoding, "decoding", ("greedy", "beam"))
     src, src_valid_lens = _check_src(model, src, src_valid_lens)
     budget = max_len if max_len is not None else default_max_len(model, src_valid_lens)
     if decoding == "greedy":
@@ -339,7 +335,7 @@ def translate(model: Seq2SeqModel, sentences: Sequence[str], src_vocab, tgt_voca
     """
     if isinstance(sentences, str):
         raise TypeError("sentences must be a list of str, got a single str (wrap it in a list)")
-    _check_decoding(decoding)
+    check_choice(decoding, "decoding", ("greedy", "beam"))
     if not (callable(tokenizer) or tokenizer in ("char", "word")):
         raise ValueError(f'tokenizer must be "char", "word" or a callable, got {tokenizer!r}')
     check_positive_int(batch_size, "batch_size")

@@ -25,6 +25,7 @@ from torch import nn
 
 from ._validation import (
     as_lengths,
+    check_choice,
     check_floating,
     check_ndim,
     check_positive,
@@ -32,7 +33,7 @@ from ._validation import (
     check_probability,
     check_tensor,
 )
-from .decode import _check_decoding, decode_batch
+from .decode import decode_batch
 from .masking import lengths_to_mask
 from .metrics import corpus_bleu, detokenized_bleu, exact_match
 from .progress import progress as progress_bar
@@ -501,7 +502,7 @@ def predict_split(model: Seq2SeqModel, data, split: str = "test", decoding: Lite
         One ``(source tokens, predicted tokens, every reference's tokens)`` triple per source.
     """
     _check_split(split)
-    _check_decoding(decoding)
+    check_choice(decoding, "decoding", ("greedy", "beam"))
     if limit is not None:
         check_positive_int(limit, "limit")
     items = list(data.references[split].items())[:limit]

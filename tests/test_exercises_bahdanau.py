@@ -76,7 +76,8 @@ def test_context_through_the_library_module_passes():
             module.W_q.weight.copy_(W_q)
             module.W_k.weight.copy_(W_k)
             module.w_v.weight.copy_(w_v[None, :])
-            context = module(s[:, None, :], enc, enc, valid_lens)[:, 0]
+            with cl.recording_attention(module):
+                context = module(s[:, None, :], enc, enc, cl.padding_mask(valid_lens, enc.shape[1]))[:, 0]
         return context, module.attention_weights[:, 0]
 
     passes("bahdanau.context", via_library)
