@@ -194,7 +194,8 @@ def flash_tile_map(n_queries: int, n_keys: int, block_q: int = 64, block_k: int 
     Args:
         n_queries, n_keys: the lengths.
         block_q, block_k: the block sizes, >= 1.
-        mask: optional bool keep-mask broadcastable to (..., n_queries, n_keys), ``True`` = attend.
+        mask: optional bool keep-mask broadcastable to (..., n_queries, n_keys), ``True`` = attend; its
+            leading (batch, head) axes are reduced: a tile is skipped only if it is empty for all of them.
         causal: the bottom-right aligned look-ahead rule (query ``i`` sees keys ``j <= i + n_keys - n_queries``).
 
     Returns:
@@ -211,7 +212,7 @@ def flash_tile_map(n_queries: int, n_keys: int, block_q: int = 64, block_k: int 
     block_q, block_k = check_positive_int(block_q, "block_q"), check_positive_int(block_k, "block_k")
     check_bool(causal, "causal")
     if mask is not None:
-        check_keep_mask(mask, (n_queries, n_keys))
+        check_keep_mask(mask, (*getattr(mask, "shape", ())[:-2], n_queries, n_keys))
     return _tile_states(mask, causal, n_queries, n_keys, block_q, block_k)
 
 

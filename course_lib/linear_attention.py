@@ -231,8 +231,8 @@ def _chunked(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, causal: bool,
              chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The quadratic form inside chunks of ``chunk`` positions, the state summed over the chunks before."""
     n = fq.shape[-2]
-    pad = -n % chunk  # zero features add nothing; the padded queries are dropped
-    fq, fk, v = (F.pad(t, (0, 0, 0, pad)).unflatten(-2, (-1, chunk)) for t in (fq, fk, v))  # (..., n_c, C, f)
+    # Pad to whole chunks: zero features add nothing, and the padded queries are dropped.
+    fq, fk, v = (F.pad(t, (0, 0, 0, -t.shape[-2] % chunk)).unflatten(-2, (-1, chunk)) for t in (fq, fk, v))
     S = fk.transpose(-2, -1) @ v  # each chunk's phi(K_c)^T V_c: (..., n_c, d_phi, d_v)
     z = fk.sum(-2)  # (..., n_c, d_phi)
     if not causal:
