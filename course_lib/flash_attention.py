@@ -182,7 +182,7 @@ def _tile_states(mask: torch.Tensor | None, causal: bool, n_q: int, n_k: int, bl
     return states
 
 
-def flash_tile_map(n_queries: int, n_keys: int, block_q: int = 64, block_k: int = 64,
+def flash_tile_map(n_queries: int, n_keys: int, block_q: int = 128, block_k: int = 128,
                    mask: torch.Tensor | None = None, *, causal: bool = False) -> torch.Tensor:
     """Which (query block, key block) tiles :func:`flash_attention` computes, and which need a mask.
 
@@ -241,7 +241,7 @@ class FlashIO(NamedTuple):
         return self.q_reads + self.k_reads + self.v_reads + self.o_writes
 
 
-def flash_io(n_queries: int, n_keys: int, d: int, block_q: int = 64, block_k: int = 64,
+def flash_io(n_queries: int, n_keys: int, d: int, block_q: int = 128, block_k: int = 128,
              mask: torch.Tensor | None = None, *, causal: bool = False, d_v: int | None = None) -> FlashIO:
     r"""Count the main-memory reads and writes of :func:`flash_attention`'s forward pass (one batch row, one head).
 
@@ -424,7 +424,7 @@ def _grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tens
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, *,
-                    causal: bool = False, block_q: int = 64, block_k: int = 64, return_lse: bool = False,
+                    causal: bool = False, block_q: int = 128, block_k: int = 128, return_lse: bool = False,
                     scale: float | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     r"""Softmax attention computed tile by tile with the online softmax (FlashAttention, forward and backward).
 
@@ -443,7 +443,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
         causal: the look-ahead rule aligned bottom-right (query ``i`` sees the keys ``j <= i + n_k - n_q``),
             and-ed with ``mask``.
         block_q, block_k: rows of a query block and of a key/value block, >= 1; they need not divide the
-            lengths (the last block is shorter).
+            lengths (the last block is shorter). On a GPU the on-chip memory sets them; here each tile
+            costs a few PyTorch calls, so larger tiles run faster (the default, 128, is twice as fast as
+            64 on a CPU at n = 4096) for a little more memory (one (block_q, block_k) tile of scores).
         return_lse: also return the log-sum-exp of each query's scores.
         scale: the factor of the scores (default :math:`1/\sqrt d`).
 
@@ -510,7 +512,7 @@ class FlashKernel:
         True
     """
 
-    def __init__(self, block_q: int = 64, block_k: int = 64) -> None:
+    def __init__(self, block_q: int = 128, block_k: int = 128) -> None:
         self.block_q = check_positive_int(block_q, "block_q")
         self.block_k = check_positive_int(block_k, "block_k")
 
