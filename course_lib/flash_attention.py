@@ -300,10 +300,11 @@ def _schedule(states: torch.Tensor) -> tuple[list[list[tuple[int, bool]]], list[
     """The plan as loops: per query block, its (key block, needs a mask); and per key block, its query blocks."""
     rows: list[list[tuple[int, bool]]] = [[] for _ in range(states.shape[0])]
     cols: list[list[tuple[int, bool]]] = [[] for _ in range(states.shape[1])]
-    for i, j in (states > 0).nonzero().tolist():
-        partial = bool(states[i, j] == PARTIAL)
-        rows[i].append((j, partial))
-        cols[j].append((i, partial))
+    for i, row in enumerate(states.tolist()):
+        for j, state in enumerate(row):
+            if state != SKIPPED:
+                rows[i].append((j, state == PARTIAL))
+                cols[j].append((i, state == PARTIAL))
     return rows, cols
 
 

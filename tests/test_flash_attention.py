@@ -193,8 +193,11 @@ def test_tiles_are_skipped_where_nothing_is_kept(n_q, n_k, block_q, block_k, kin
        window=st.integers(1, 6))
 def test_tile_map_equals_the_mask_mods_block_lists(n, blocks, window):
     (n_q, n_k), (block_q, block_k) = n, blocks
-    for causal, rule in ((True, cl.causal_mod()), (True, cl.causal_mod() & cl.sliding_window_mod(window))):
-        mask = None if rule.name == "causal" else cl.sliding_window_mod(window).materialize(n_q, n_k)
+    band = cl.sliding_window_mod(window)
+    band_mask = band.materialize(n_q, n_k)
+    # (causal flag, mask, the same rule as a MaskMod)
+    for causal, mask, rule in ((True, None, cl.causal_mod()), (True, band_mask, cl.causal_mod() & band),
+                               (False, band_mask, band)):
         some, every = rule.blocks(n_q, n_k, block_q, block_k)
         states = cl.flash_tile_map(n_q, n_k, block_q, block_k, mask, causal=causal)
         assert torch.equal(states, some.to(torch.int8) + (some & every).to(torch.int8))
