@@ -18,6 +18,15 @@ from .data import (
     load_fra_eng_subwords,
 )
 from .decode import beam_search, decode_batch, default_max_len, greedy_decode, sequence_log_prob, translate
+from .flash_attention import (
+    FlashIO,
+    FlashKernel,
+    OnlineSoftmax,
+    flash_attention,
+    flash_io,
+    flash_tile_map,
+    online_softmax,
+)
 from .kernels import (
     KERNELS,
     boxcar_kernel,
@@ -25,6 +34,16 @@ from .kernels import (
     gaussian_kernel,
     get_kernel,
     triangular_kernel,
+)
+from .linear_attention import (
+    LINEAR_ATTENTION_MODES,
+    LinearAttentionState,
+    LinearKernel,
+    elu_feature_map,
+    feature_map_kernel,
+    linear_attention,
+    linear_attention_step,
+    nadaraya_watson_attention,
 )
 from .masking import (
     MaskMod,
@@ -79,6 +98,7 @@ from .scoring import (
     dot_product_scores,
 )
 from .seq2seq import Seq2SeqModel
+from .sliding_window import SlidingWindowCache, SlidingWindowKernel
 from .sparse import (
     SparseKernel,
     SparseMultiHeadAttention,
@@ -141,12 +161,18 @@ __all__ = [
     "DataNotFoundError",
     "DotProductAttention",
     "FORMAT_VERSION",
+    "FlashIO",
+    "FlashKernel",
     "KERNELS",
     "KVCache",
+    "LINEAR_ATTENTION_MODES",
     "LearnedPositionalEmbedding",
+    "LinearAttentionState",
+    "LinearKernel",
     "MaskMod",
     "MultiHeadAttention",
     "NWKernelRegression",
+    "OnlineSoftmax",
     "PositionWiseFFN",
     "PositionalEncoding",
     "RNNDecoderState",
@@ -156,6 +182,8 @@ __all__ = [
     "Seq2SeqModel",
     "Seq2SeqRNN",
     "Seq2SeqRNNConfig",
+    "SlidingWindowCache",
+    "SlidingWindowKernel",
     "SparseKernel",
     "SparseMultiHeadAttention",
     "SubwordTokenizer",
@@ -189,14 +217,19 @@ __all__ = [
     "detokenized_bleu",
     "diagrams",
     "dot_product_scores",
+    "elu_feature_map",
     "epanechnikov_kernel",
     "evaluate",
     "evaluate_loss",
     "exact_match",
     "explicit_kernel",
+    "feature_map_kernel",
     "fit_nw_kernel_regression",
     "fixed_attention",
     "fixed_pattern",
+    "flash_attention",
+    "flash_io",
+    "flash_tile_map",
     "fused_attention",
     "fused_kernel",
     "gaussian_kernel",
@@ -207,6 +240,8 @@ __all__ = [
     "keep_mask",
     "leave_one_out",
     "lengths_to_mask",
+    "linear_attention",
+    "linear_attention_step",
     "load_checkpoint",
     "load_dates",
     "load_fra_eng",
@@ -215,7 +250,9 @@ __all__ = [
     "masked_softmax",
     "model_device",
     "nadaraya_watson",
+    "nadaraya_watson_attention",
     "num_parameters",
+    "online_softmax",
     "padding_mask",
     "padding_mod",
     "parameter_free_self_attention",

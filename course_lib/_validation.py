@@ -323,3 +323,24 @@ def check_keep_mask(mask: object, scores: tuple[int, ...], name: str = "mask") -
         raise ValueError(f"{name} of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
                          f"{tuple(scores)}")
     return mask
+
+
+def check_one_of(value: object, name: str, choices: Sequence[object]) -> object:
+    """Raise ``ValueError`` unless ``value`` is one of ``choices`` (a mode, a pattern's name)."""
+    if value not in tuple(choices):
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+def check_key_mask(mask: torch.Tensor, what: str, name: str = "mask") -> torch.Tensor:
+    """Raise ``ValueError`` unless a (checked) keep-mask marks keys only: size 1 on its query axis.
+
+    A key (padding) mask, broadcastable to (..., 1, n_keys), says which keys exist for every query; a
+    computation that never forms the (n_queries, n_keys) matrix (``what``) can honour it, but not a mask
+    that differs from query to query.
+    """
+    if mask.dim() >= 2 and mask.shape[-2] != 1:
+        raise ValueError(f"{what} takes only a key (padding) mask, broadcastable to (..., 1, n_keys), got {name} of "
+                         f"shape {tuple(mask.shape)}; a mask with a query axis needs the (n_queries, n_keys) "
+                         f"matrix (use softmax attention for it)")
+    return mask
