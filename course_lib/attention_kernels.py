@@ -182,7 +182,10 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
                 [1, 1, 1, 1, 1]], dtype=torch.int32)
     """
     check_qkv(q, k, v)
-    scores = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])
+    lead = [max(a, b) for a, b in zip(q.shape[:-2], k.shape[:-2], strict=True)]
+    if q.dim() == 4:
+        lead[1] = q.shape[1]  # grouped-query heads: the scores have the queries' heads
+    scores = (*lead, q.shape[-2], k.shape[-2])
     if mask is not None:
         check_keep_mask(mask, scores)
     check_bool(causal, "causal")

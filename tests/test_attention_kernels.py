@@ -118,6 +118,14 @@ def test_attend_checks_its_arguments_once_and_names_them():
     assert out.shape == (1, 4, 3, 8) and weights.shape == (1, 4, 3, 3)
 
 
+def test_attend_takes_grouped_heads_and_masks_per_head():
+    q, k, v = _randn(2, 4, 3, 8, seed=1), _randn(2, 2, 5, 8, seed=2), _randn(2, 2, 5, 8, seed=3)
+    mask = torch.rand(1, 4, 3, 5, generator=torch.Generator().manual_seed(0)) > 0.3
+    out, weights = attend(q, k, v, mask, need_weights=True)
+    assert out.shape == (2, 4, 3, 8) and weights.shape == (2, 4, 3, 5)
+    torch.testing.assert_close(out, _sdpa_reference(q, k, v, mask.expand(2, 4, 3, 5)))
+
+
 def test_the_kernel_protocol_is_satisfied_by_the_librarys_kernels():
     for kernel in (explicit_kernel, fused_kernel, cl.SparseKernel("strided", 2)):
         assert isinstance(kernel, cl.AttentionKernel)
