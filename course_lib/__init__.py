@@ -68,6 +68,7 @@ from .rnn import (
     Seq2SeqRNN,
     Seq2SeqRNNConfig,
 )
+from .rotary import RotaryKernel, rotary_embedding, rotary_frequencies, rotary_permutation
 from .scoring import (
     AdditiveAttention,
     BilinearAttention,
@@ -151,6 +152,7 @@ __all__ = [
     "PositionalEncoding",
     "RNNDecoderState",
     "RNNEncoder",
+    "RotaryKernel",
     "Seq2SeqData",
     "Seq2SeqDecoder",
     "Seq2SeqModel",
@@ -228,6 +230,9 @@ __all__ = [
     "progress",
     "progress_mode",
     "recording_attention",
+    "rotary_embedding",
+    "rotary_frequencies",
+    "rotary_permutation",
     "save_checkpoint",
     "seeded",
     "sequence_log_prob",
