@@ -5,6 +5,7 @@ One module per chapter concept; everything a notebook uses is importable from he
 
 # Chapters 4-8: multi-head attention, positions, the Transformer, the RNN baseline, training and decoding.
 from . import data, diagrams, sparse
+from .alibi import ALiBiKernel, alibi_bias, alibi_slopes
 from .attention import attention_pool, parameter_free_self_attention, softmax_attention
 from .attention_kernels import AttentionKernel, attend, explicit_kernel, fused_kernel, keep_mask
 from .checkpoint import FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
@@ -128,6 +129,7 @@ from .utils import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "ALiBiKernel",
     "AddNorm",
     "AdditiveAttention",
     "AttentionKernel",
@@ -171,6 +173,8 @@ __all__ = [
     "TransformerEncoderBlock",
     "Vocab",
     "additive_scores",
+    "alibi_bias",
+    "alibi_slopes",
     "attend",
     "attention_modules",
     "attention_pool",
