@@ -19,6 +19,15 @@ from .data import (
     load_fra_eng_subwords,
 )
 from .decode import beam_search, decode_batch, default_max_len, greedy_decode, sequence_log_prob, translate
+from .decoder_lm import (
+    DecoderLM,
+    DecoderLMBlock,
+    DecoderLMConfig,
+    DecoderLMState,
+    RMSNorm,
+    SwiGLU,
+    swiglu_hidden_size,
+)
 from .kernels import (
     KERNELS,
     boxcar_kernel,
@@ -142,6 +151,10 @@ __all__ = [
     "CheckpointError",
     "CosineAttention",
     "DataNotFoundError",
+    "DecoderLM",
+    "DecoderLMBlock",
+    "DecoderLMConfig",
+    "DecoderLMState",
     "DotProductAttention",
     "FORMAT_VERSION",
     "KERNELS",
@@ -152,6 +165,7 @@ __all__ = [
     "NWKernelRegression",
     "PositionWiseFFN",
     "PositionalEncoding",
+    "RMSNorm",
     "RNNDecoderState",
     "RNNEncoder",
     "RotaryKernel",
@@ -163,6 +177,7 @@ __all__ = [
     "SparseKernel",
     "SparseMultiHeadAttention",
     "SubwordTokenizer",
+    "SwiGLU",
     "TrainHistory",
     "Transformer",
     "TransformerConfig",
@@ -251,6 +266,7 @@ __all__ = [
     "store_attention_weights",
     "strided_attention",
     "strided_pattern",
+    "swiglu_hidden_size",
     "train_seq2seq",
     "translate",
     "triangular_kernel",

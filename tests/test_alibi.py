@@ -104,8 +104,7 @@ def test_fused_and_explicit_paths_agree(kv_heads):
     torch.testing.assert_close(fused, explicit, rtol=0, atol=1e-12)
     keep = mask & causal_mask(5, 7)
     assert bool((weights[~keep.expand_as(weights)] == 0).all())
-    # the explicit path against the library's explicit kernel with the bias folded into the values' scores:
-    # with q = 0, only the bias decides, so the weights are softmax(bias) over the kept keys.
+    # with q = 0 the scores are the bias alone: the weights are softmax(bias) over the kept keys
     _, w0 = ALiBiKernel()(torch.zeros_like(q), k, v, causal=True, need_weights=True)
     expected = torch.softmax(alibi_bias(4, 5, 7, dtype=F64).masked_fill(~causal_mask(5, 7), float("-inf")), -1)
     torch.testing.assert_close(w0, expected.expand_as(w0), rtol=0, atol=1e-12)

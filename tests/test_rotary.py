@@ -131,7 +131,8 @@ def test_equals_hugging_face_apply_rotary_pos_emb_with_the_same_angles():
 
 def test_equals_hugging_face_llama_rotary_embedding_to_float32_angle_precision():
     """HF's whole path, LlamaRotaryEmbedding's float32 angles included: they differ from float64 angles by at
-    most about position x 2^-23 (measured: 2.6e-7 at position 1000 below)."""
+    most about position x 2^-23 radians (measured here: 5e-5 at positions 985 to 1000 with |x| <= 4, under
+    the bound of 8e-4)."""
     torch.manual_seed(0)
     B, H, T, d_h = 1, 2, 16, 32
     q, k = torch.randn(B, H, T, d_h, dtype=F64), torch.randn(B, H, T, d_h, dtype=F64)
