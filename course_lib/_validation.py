@@ -368,3 +368,31 @@ def check_last_axis(x: object, name: str, size: int, layout: str = "(..., num_hi
     if x.dim() == 0 or x.shape[-1] != size:
         raise ValueError(f"{name} must have size {size} in its last axis {layout}, got shape {tuple(x.shape)}")
     return x
+
+
+def check_even(value: object, name: str, why: str) -> int:
+    """Raise unless ``value`` is a positive even integer; ``why`` says what needs it (RoPE's pairs of features)."""
+    value = check_positive_int(value, name)
+    if value % 2:
+        raise ValueError(f"{name} must be even ({why}), got {value}")
+    return value
+
+
+def check_heads(num_hiddens: int, num_heads: object, num_kv_heads: object) -> None:
+    """Raise unless the heads split ``num_hiddens`` and the key/value heads divide the query heads."""
+    check_positive_int(num_heads, "num_heads")
+    check_positive_int(num_kv_heads, "num_kv_heads")
+    if num_hiddens % num_heads:
+        raise ValueError(f"num_hiddens ({num_hiddens}) must be divisible by num_heads ({num_heads}): each head "
+                         f"gets num_hiddens / num_heads features")
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_kv_heads ({num_kv_heads}) must divide num_heads ({num_heads}): each key/value "
+                         f"head serves num_heads / num_kv_heads query heads")
+
+
+def check_token_id(token_id: object, name: str, vocab_size: int) -> int:
+    """Raise unless ``token_id`` is an int id of a vocabulary of ``vocab_size`` (an ``eos_id``)."""
+    check_int(token_id, name)
+    if not 0 <= token_id < vocab_size:
+        raise ValueError(f"{name} must be an id in [0, {vocab_size}), got {token_id}")
+    return int(token_id)

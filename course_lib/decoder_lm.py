@@ -31,12 +31,14 @@ from torch import nn
 from ._validation import (
     check_batch_index,
     check_bool,
-    check_int,
+    check_even,
+    check_heads,
     check_last_axis,
     check_non_negative_int,
     check_positive_int,
     check_probability,
     check_real,
+    check_token_id,
     check_tokens,
 )
 from .alibi import ALiBiKernel
@@ -240,17 +242,12 @@ class DecoderLMConfig:
         for name in ("num_kv_heads", "ffn_num_hiddens"):
             if getattr(self, name) is not None:
                 check_positive_int(getattr(self, name), name)
-        if self.num_hiddens % self.num_heads:
-            raise ValueError(f"num_hiddens ({self.num_hiddens}) must be divisible by num_heads ({self.num_heads}): "
-                             f"each head gets num_hiddens / num_heads features")
-        if self.num_heads % self.kv_heads:
-            raise ValueError(f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads}): each "
-                             f"key/value head serves num_heads / num_kv_heads query heads")
+        check_heads(self.num_hiddens, self.num_heads, self.kv_heads)
         if self.positional not in _POSITIONAL:
             raise ValueError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
-        if self.positional == "rotary" and self.head_size % 2:
-            raise ValueError(f"rotary positions need an even head size num_hiddens / num_heads, got "
-                             f"{self.num_hiddens} / {self.num_heads} = {self.head_size}")
+        if self.positional == "rotary":
+            check_even(self.head_size, f"the head size num_hiddens / num_heads = {self.num_hiddens} / {self.num_heads}",
+                       "rotary positions turn pairs of features")
         check_real(self.rope_base, "rope_base", greater_than=1.0)
         check_real(self.norm_eps, "norm_eps", greater_than=0.0)
         check_probability(self.dropout, "dropout")
@@ -429,8 +426,8 @@ class DecoderLM(nn.Module):
             check_positive_int(top_k, "top_k")
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-        if eos_id is not None and not 0 <= check_int(eos_id, "eos_id") < self.config.vocab_size:
-            raise ValueError(f"eos_id must be an id in [0, {self.config.vocab_size}), got {eos_id}")
+        if eos_id is not None:
+            check_token_id(eos_id, "eos_id", self.config.vocab_size)
         out, caches = [tokens], self.init_state().caches
         done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
         step_input = tokens

@@ -31,17 +31,14 @@ from __future__ import annotations
 
 import torch
 
-from ._validation import check_bool, check_floating, check_positions, check_positive_int, check_real
+from ._validation import check_bool, check_even, check_floating, check_positions, check_real
 from .attention_kernels import AttentionKernel, fused_kernel
 
 __all__ = ["RotaryKernel", "rotary_embedding", "rotary_frequencies", "rotary_permutation"]
 
 
 def _check_head_size(head_size: object, name: str = "head_size") -> int:
-    head_size = check_positive_int(head_size, name)
-    if head_size % 2:
-        raise ValueError(f"{name} must be even (RoPE rotates pairs of features), got {head_size}")
-    return head_size
+    return check_even(head_size, name, "RoPE turns pairs of features")
 
 
 def rotary_frequencies(head_size: int, base: float = 10000.0) -> torch.Tensor:

@@ -34,6 +34,7 @@ from course_lib import (  # noqa: E402
     RMSNorm,
     RotaryKernel,
     SwiGLU,
+    recording_attention,
     swiglu_hidden_size,
 )
 
@@ -376,6 +377,25 @@ def test_generate_leaves_grad_mode_and_global_rng_alone():
     assert torch.equal(torch.random.get_rng_state(), state) and torch.is_grad_enabled()
 
 
+def test_recorded_attention_weights_are_causal_distributions():
+    lm = _own_model()
+    tokens = torch.randint(0, VOCAB, (2, 6))
+    with recording_attention(lm):
+        lm(tokens)
+    weights = lm.blocks[1].attention.attention_weights  # (B, h, T, T)
+    assert weights.shape == (2, HEADS, 6, 6)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, HEADS, 6, dtype=F64))
+    assert bool((weights.triu(1) == 0).all())
+
+
+def test_every_parameter_gets_a_finite_gradient():
+    lm = DecoderLM(DecoderLMConfig(vocab_size=VOCAB, num_hiddens=D, num_heads=HEADS, num_kv_heads=1, dropout=0.1,
+                                   tie_embeddings=True)).train()
+    tokens = torch.randint(0, VOCAB, (2, 8))
+    F.cross_entropy(lm(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten()).backward()
+    assert all(p.grad is not None and bool(p.grad.isfinite().all()) for p in lm.parameters())
+
+
 # ---------------------------------------------------------------------------------- config and checks
 
 
@@ -390,7 +410,7 @@ def test_default_feed_forward_size_and_initialisation():
 @pytest.mark.parametrize("change, error, words", [
     ({"num_kv_heads": 3}, ValueError, "num_kv_heads"),
     ({"num_heads": 5}, ValueError, "num_heads"),
-    ({"num_hiddens": 36, "num_heads": 12}, ValueError, "even head size"),
+    ({"num_hiddens": 36, "num_heads": 12}, ValueError, "head size num_hiddens / num_heads = 36 / 12 must be even"),
     ({"positional": "sinusoidal"}, ValueError, "positional"),
     ({"vocab_size": 0}, ValueError, "vocab_size"),
     ({"num_layers": 2.0}, TypeError, "num_layers"),
