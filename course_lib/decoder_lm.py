@@ -157,7 +157,8 @@ class DecoderLMBlock(nn.Module):
         num_heads: query heads; must divide d.
         ffn_num_hiddens: SwiGLU's hidden size (``None``: :func:`swiglu_hidden_size` of d).
         num_kv_heads: key/value heads (grouped-query attention); must divide ``num_heads``.
-        kernel: the attention kernel; ``None`` is :class:`~course_lib.rotary.RotaryKernel` () (base 10000).
+        kernel: the attention kernel (where positions enter); ``None`` is ``RotaryKernel()``, RoPE with base
+            10000 (:class:`~course_lib.rotary.RotaryKernel`).
         norm_eps: the RMSNorms' epsilon.
         dropout: on the attention weights and on each sublayer's output (training mode only).
 
@@ -221,6 +222,15 @@ class DecoderLMConfig:
     Raises:
         ValueError or TypeError naming the field: a size that is not a positive int, heads that do not
         divide, an odd head size with rotary positions, an unknown ``positional``, ...
+
+    Examples:
+        >>> config = DecoderLMConfig(vocab_size=1000, num_hiddens=96, num_heads=6, num_kv_heads=2)
+        >>> config.head_size, config.kv_heads, swiglu_hidden_size(config.num_hiddens, config.multiple_of)
+        (16, 2, 256)
+        >>> DecoderLMConfig(vocab_size=1000, num_hiddens=96, num_heads=6, num_kv_heads=4)
+        Traceback (most recent call last):
+        ...
+        ValueError: num_kv_heads (4) must divide num_heads (6): ...
     """
 
     vocab_size: int
@@ -271,6 +281,15 @@ class DecoderLMState:
     Attributes:
         caches: one :class:`~course_lib.multihead.KVCache` per block, holding (B, num_kv_heads, t, d_h)
             unrotated keys and values of the ``t`` tokens fed so far.
+
+    Examples:
+        >>> model = DecoderLM(DecoderLMConfig(vocab_size=20, num_hiddens=16, num_heads=4, num_kv_heads=1)).eval()
+        >>> logits, state = model.step(torch.tensor([[1, 5, 7]]))  # the prompt, at once
+        >>> logits, state = model.step(torch.tensor([[3]]), state)  # then one token at a time
+        >>> len(state), state.batch_size, state.caches[0].keys.shape  # (B, num_kv_heads, t, d_h)
+        (4, 1, torch.Size([1, 1, 4, 4]))
+        >>> torch.allclose(logits[:, -1], model(torch.tensor([[1, 5, 7, 3]]))[:, -1], atol=1e-6)
+        True
     """
 
     caches: list[KVCache]
@@ -297,6 +316,10 @@ class DecoderLMState:
 
 class DecoderLM(nn.Module):
     """A decoder-only language model in the Llama architecture: embedding, pre-norm blocks, RMSNorm, output layer.
+
+    :meth:`forward` gives the next-token logits at every position (training); :meth:`step` feeds new
+    tokens against a key/value cache per block (:class:`DecoderLMState`); :meth:`generate` continues
+    prompts greedily or by sampling; :meth:`from_hf_llama` copies a Hugging Face Llama.
 
     Weights are drawn as in GPT-2 and nanoGPT: every matrix from N(0, 0.02²), the two matrices that
     write into the residual stream of each block (``W_o`` and ``W_down``) scaled down by
@@ -457,6 +480,17 @@ class DecoderLM(nn.Module):
 
         Returns:
             a :class:`DecoderLM` in evaluation mode.
+
+        Examples:
+            >>> from transformers import LlamaConfig, LlamaForCausalLM  # test/book dependency only
+            >>> hf = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64,
+            ...     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)).eval()
+            >>> model = DecoderLM.from_hf_llama(hf)
+            >>> model.config.kv_heads, model.config.rope_base, model.config.ffn_num_hiddens
+            (2, 10000.0, 64)
+            >>> tokens = torch.tensor([[3, 1, 4, 1, 5]])
+            >>> torch.allclose(model(tokens), hf(tokens).logits, atol=1e-5)
+            True
 
         Raises:
             TypeError: ``model`` is not a Llama causal language model.
