@@ -150,18 +150,21 @@ def test_rotary_embedding_has_the_gradient_of_a_rotation():
     assert torch.autograd.gradcheck(lambda t: rotary_embedding(t, [2, 7, 11]), (x,))
 
 
-@pytest.mark.parametrize("n_queries", [1, 3, 5])
-def test_kernel_rotates_queries_and_keys_at_bottom_right_positions(n_queries):
+@pytest.mark.parametrize("n_queries, interleaved", [(1, False), (3, False), (5, False), (3, True)])
+def test_kernel_rotates_queries_and_keys_at_bottom_right_positions(n_queries, interleaved):
     torch.manual_seed(0)
-    n_keys = 5
+    n_keys, base = 5, 100.0
     q = torch.randn(2, 4, n_queries, 8, dtype=F64)
     k, v = torch.randn(2, 2, n_keys, 8, dtype=F64), torch.randn(2, 2, n_keys, 6, dtype=F64)
-    out, weights = RotaryKernel(explicit_kernel)(q, k, v, causal=True, need_weights=True)
+    kernel = RotaryKernel(explicit_kernel, base=base, interleaved=interleaved)
+    out, weights = kernel(q, k, v, causal=True, need_weights=True)
     q_pos = list(range(n_keys - n_queries, n_keys))
-    expected, expected_weights = explicit_kernel(rotary_embedding(q, q_pos), rotary_embedding(k), v, causal=True)
+    expected, expected_weights = explicit_kernel(rotary_embedding(q, q_pos, base=base, interleaved=interleaved),
+                                                 rotary_embedding(k, base=base, interleaved=interleaved), v,
+                                                 causal=True)
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
     torch.testing.assert_close(weights, expected_weights, rtol=0, atol=1e-12)
-    fused, _ = RotaryKernel()(q, k, v, causal=True)
+    fused, _ = RotaryKernel(base=base, interleaved=interleaved)(q, k, v, causal=True)
     torch.testing.assert_close(fused, expected, rtol=0, atol=1e-12)
 
 
