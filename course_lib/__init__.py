@@ -5,6 +5,7 @@ One module per chapter concept; everything a notebook uses is importable from he
 
 # Chapters 4-8: multi-head attention, positions, the Transformer, the RNN baseline, training and decoding.
 from . import data, diagrams, sparse
+from .alibi import ALiBiKernel, alibi_bias, alibi_slopes
 from .attention import attention_pool, parameter_free_self_attention, softmax_attention
 from .attention_kernels import AttentionKernel, attend, explicit_kernel, fused_kernel, keep_mask
 from .checkpoint import FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
@@ -18,6 +19,15 @@ from .data import (
     load_fra_eng_subwords,
 )
 from .decode import beam_search, decode_batch, default_max_len, greedy_decode, sequence_log_prob, translate
+from .decoder_lm import (
+    DecoderLM,
+    DecoderLMBlock,
+    DecoderLMConfig,
+    DecoderLMState,
+    RMSNorm,
+    SwiGLU,
+    swiglu_hidden_size,
+)
 from .flash_attention import (
     FlashIO,
     FlashKernel,
@@ -87,6 +97,7 @@ from .rnn import (
     Seq2SeqRNN,
     Seq2SeqRNNConfig,
 )
+from .rotary import RotaryKernel, rotary_embedding, rotary_frequencies, rotary_permutation
 from .scoring import (
     AdditiveAttention,
     BilinearAttention,
@@ -147,6 +158,7 @@ from .utils import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "ALiBiKernel",
     "AddNorm",
     "AdditiveAttention",
     "AttentionKernel",
@@ -159,6 +171,10 @@ __all__ = [
     "CheckpointError",
     "CosineAttention",
     "DataNotFoundError",
+    "DecoderLM",
+    "DecoderLMBlock",
+    "DecoderLMConfig",
+    "DecoderLMState",
     "DotProductAttention",
     "FORMAT_VERSION",
     "FlashIO",
@@ -175,8 +191,10 @@ __all__ = [
     "OnlineSoftmax",
     "PositionWiseFFN",
     "PositionalEncoding",
+    "RMSNorm",
     "RNNDecoderState",
     "RNNEncoder",
+    "RotaryKernel",
     "Seq2SeqData",
     "Seq2SeqDecoder",
     "Seq2SeqModel",
@@ -187,6 +205,7 @@ __all__ = [
     "SparseKernel",
     "SparseMultiHeadAttention",
     "SubwordTokenizer",
+    "SwiGLU",
     "TrainHistory",
     "Transformer",
     "TransformerConfig",
@@ -197,6 +216,8 @@ __all__ = [
     "TransformerEncoderBlock",
     "Vocab",
     "additive_scores",
+    "alibi_bias",
+    "alibi_slopes",
     "attend",
     "attention_modules",
     "attention_pool",
@@ -265,6 +286,9 @@ __all__ = [
     "progress",
     "progress_mode",
     "recording_attention",
+    "rotary_embedding",
+    "rotary_frequencies",
+    "rotary_permutation",
     "save_checkpoint",
     "seeded",
     "sequence_log_prob",
@@ -279,6 +303,7 @@ __all__ = [
     "store_attention_weights",
     "strided_attention",
     "strided_pattern",
+    "swiglu_hidden_size",
     "train_seq2seq",
     "translate",
     "triangular_kernel",

@@ -325,13 +325,6 @@ def check_keep_mask(mask: object, scores: tuple[int, ...], name: str = "mask") -
     return mask
 
 
-def check_one_of(value: object, name: str, choices: Sequence[object]) -> object:
-    """Raise ``ValueError`` unless ``value`` is one of ``choices`` (a mode, a pattern's name)."""
-    if value not in tuple(choices):
-        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
-    return value
-
-
 def check_key_mask(mask: torch.Tensor, what: str, name: str = "mask") -> torch.Tensor:
     """Raise ``ValueError`` unless a (checked) keep-mask marks keys only: size 1 on its query axis.
 
@@ -344,3 +337,84 @@ def check_key_mask(mask: torch.Tensor, what: str, name: str = "mask") -> torch.T
                          f"shape {tuple(mask.shape)}; a mask with a query axis needs the (n_queries, n_keys) "
                          f"matrix (use softmax attention for it)")
     return mask
+
+
+def check_real(value: object, name: str, *, greater_than: float | None = None,
+               at_least: float | None = None) -> float:
+    """``value`` as a float; ``TypeError`` unless a real number (not a bool), ``ValueError`` unless finite and
+    ``> greater_than`` / ``>= at_least`` (when given)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if greater_than is not None and not value > greater_than:
+        raise ValueError(f"{name} must be greater than {greater_than}, got {value}")
+    if at_least is not None and not value >= at_least:
+        raise ValueError(f"{name} must be at least {at_least}, got {value}")
+    return value
+
+
+def check_positions(positions: object, shape: tuple[int, ...], name: str = "positions") -> torch.Tensor:
+    """Integer token positions (a tensor or a list) that broadcast to ``shape`` (..., T); returned as int64.
+
+    Args:
+        positions: (T,), or any shape whose last axis is T and that broadcasts to ``shape``.
+        shape: the leading axes of the tensor they index, (..., T).
+        name: the argument's name, for the messages.
+
+    Raises:
+        TypeError: not integers (a float, bool or complex dtype; positions are token indices).
+        ValueError: a shape that does not end in T or does not broadcast to ``shape``.
+    """
+    if not isinstance(positions, torch.Tensor):
+        try:
+            positions = torch.as_tensor(positions)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"{name} must be a tensor (or list) of integer positions, got "
+                            f"{type(positions).__name__}") from None
+    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer positions (token indices), got dtype {positions.dtype}")
+    n = shape[-1] if shape else 0
+    if positions.dim() == 0 or positions.shape[-1] != n or positions.dim() > len(shape) or any(
+            p not in (1, s) for p, s in zip(reversed(positions.shape), reversed(shape), strict=False)):
+        raise ValueError(f"{name} must have shape ({n},) or one that broadcasts to {tuple(shape)} with {n} "
+                         f"positions in its last axis, got {tuple(positions.shape)}")
+    return positions.long()
+
+
+def check_last_axis(x: object, name: str, size: int, layout: str = "(..., num_hiddens)") -> torch.Tensor:
+    """Raise unless ``x`` is a floating-point tensor of at least one axis whose last axis has ``size`` entries
+    (the input of a layer that acts on the features of each position)."""
+    check_floating(x, name)
+    if x.dim() == 0 or x.shape[-1] != size:
+        raise ValueError(f"{name} must have size {size} in its last axis {layout}, got shape {tuple(x.shape)}")
+    return x
+
+
+def check_even(value: object, name: str, why: str) -> int:
+    """Raise unless ``value`` is a positive even integer; ``why`` says what needs it (RoPE's pairs of features)."""
+    value = check_positive_int(value, name)
+    if value % 2:
+        raise ValueError(f"{name} must be even ({why}), got {value}")
+    return value
+
+
+def check_heads(num_hiddens: int, num_heads: object, num_kv_heads: object) -> None:
+    """Raise unless the heads split ``num_hiddens`` and the key/value heads divide the query heads."""
+    check_positive_int(num_heads, "num_heads")
+    check_positive_int(num_kv_heads, "num_kv_heads")
+    if num_hiddens % num_heads:
+        raise ValueError(f"num_hiddens ({num_hiddens}) must be divisible by num_heads ({num_heads}): each head "
+                         f"gets num_hiddens / num_heads features")
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_kv_heads ({num_kv_heads}) must divide num_heads ({num_heads}): each key/value "
+                         f"head serves num_heads / num_kv_heads query heads")
+
+
+def check_token_id(token_id: object, name: str, vocab_size: int) -> int:
+    """Raise unless ``token_id`` is an int id of a vocabulary of ``vocab_size`` (an ``eos_id``)."""
+    check_int(token_id, name)
+    if not 0 <= token_id < vocab_size:
+        raise ValueError(f"{name} must be an id in [0, {vocab_size}), got {token_id}")
+    return int(token_id)

@@ -35,9 +35,9 @@ import torch.nn.functional as F
 
 from ._validation import (
     check_bool,
+    check_choice,
     check_keep_mask,
     check_key_mask,
-    check_one_of,
     check_positive_int,
     check_qkv,
 )
@@ -328,7 +328,7 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     check_bool(causal, "causal")
     if feature_map is not None:
         _check_feature_map(feature_map)
-    check_one_of(mode, "mode", LINEAR_ATTENTION_MODES)
+    check_choice(mode, "mode", LINEAR_ATTENTION_MODES)
     chunk_size = check_positive_int(chunk_size, "chunk_size")
     return _linear(q, k, v, mask, causal, feature_map, mode, chunk_size)
 
@@ -356,7 +356,7 @@ class LinearKernel:
 
     def __init__(self, feature_map: FeatureMap | None = None, mode: str = "parallel", chunk_size: int = 64) -> None:
         self.feature_map = None if feature_map is None else _check_feature_map(feature_map)
-        self.mode = check_one_of(mode, "mode", LINEAR_ATTENTION_MODES)
+        self.mode = check_choice(mode, "mode", LINEAR_ATTENTION_MODES)
         self.chunk_size = check_positive_int(chunk_size, "chunk_size")
 
     def __repr__(self) -> str:

@@ -30,6 +30,7 @@ from torch import nn
 from ._validation import (
     check_batch_index,
     check_bool,
+    check_heads,
     check_keep_mask,
     check_positive_int,
     check_probability,
@@ -161,7 +162,7 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.num_hiddens, self.num_heads = check_positive_int(num_hiddens, "num_hiddens"), num_heads
         self.num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        _check_heads(num_hiddens, num_heads, self.num_kv_heads)
+        check_heads(num_hiddens, num_heads, self.num_kv_heads)
         self.head_size = num_hiddens // num_heads
         kv_size = self.num_kv_heads * self.head_size
         self.W_q = nn.Linear(num_hiddens, num_hiddens, bias=bias)
@@ -288,17 +289,6 @@ def _stacked_linear(x: torch.Tensor, layers: tuple[nn.Linear, ...]) -> torch.Ten
     weight = torch.cat([layer.weight for layer in layers])
     bias = None if layers[0].bias is None else torch.cat([layer.bias for layer in layers])
     return F.linear(x, weight, bias)
-
-
-def _check_heads(num_hiddens: int, num_heads: object, num_kv_heads: object) -> None:
-    check_positive_int(num_heads, "num_heads")
-    check_positive_int(num_kv_heads, "num_kv_heads")
-    if num_hiddens % num_heads:
-        raise ValueError(f"num_hiddens ({num_hiddens}) must be divisible by num_heads ({num_heads}): each head "
-                         f"gets num_hiddens / num_heads features")
-    if num_heads % num_kv_heads:
-        raise ValueError(f"num_kv_heads ({num_kv_heads}) must divide num_heads ({num_heads}): each key/value "
-                         f"head serves num_heads / num_kv_heads query heads")
 
 
 def _check_kernel(kernel: object) -> AttentionKernel:
