@@ -68,8 +68,9 @@ def library_digest() -> str:
 
 def inputs_digest() -> str:
     """Digest of every input of the HTML book: library, notebooks, bibliography, configuration, extension."""
+    # Not tool caches (book/.ruff_cache changes whenever `make lint` runs) nor Jupyter's checkpoints.
     files = [p for p in (ROOT / "book").rglob("*") if p.is_file() and "_build" not in p.parts
-             and ".ipynb_checkpoints" not in p.parts]
+             and not any(part.startswith(".") for part in p.relative_to(ROOT).parts)]
     files += [ROOT / "_config.yml", ROOT / "_toc.yml", ROOT / "Makefile"]
     files += [p for p in (ROOT / "tools").glob("*.py") if p.name not in NOT_BUILD_INPUTS]
     return library_digest() + _digest(files)
