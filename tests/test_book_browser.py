@@ -6,36 +6,55 @@ through the jupyter cache that `tools/book_build.py` clears whenever course_lib 
 window. Each check gathers its failures over all pages and reports them in one assertion; pages
 with a failure are photographed under `_build/browser-test/` (the offending element outlined).
 
+Two builds go through the same checks (the test ids say which): `book`, every page of the book as
+built with the data, and `without-data`, the pages of the notebooks that read data files as a
+newcomer's clone without ../shared/data shows them (`make book-without-data`: only those notebooks
+are executed again, with an empty data folder, so this costs a build of the pages from stored
+outputs, not a second execution of the book). Then the PDF of the book (`make pdf`), printed by the
+same Chromium from the first build (the module prints it when it is stale): its page count, every
+page of the toc in order, maths typeset, figures present, no raw TeX in its text.
+
 Needs Debian's Chromium (`apt-get install chromium`, driven by Playwright with `executable_path`;
-`playwright install` downloads a browser and does not work offline). Without it the tests are
-skipped with that message, except in CI (`CI=true`), where they fail. Select or deselect them with
-`-m browser` / `-m "not browser"`; `BOOK_HTML=path` tests an existing build instead of building.
+`playwright install` downloads a browser and does not work offline), or another Chromium-based browser
+named by `CHROMIUM=path` (GitHub's runners: Google Chrome). Without it the tests are skipped with that
+message, except in CI (`CI=true`), where they fail. Select or deselect them with `-m browser` /
+`-m "not browser"`; `BOOK_HTML=path` tests an existing build (and its PDF) instead of building.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import io
 import os
 import re
 import subprocess
+import sys
 import threading
 from collections import defaultdict
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import nbformat
 import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import book_build  # noqa: E402
+import book_pdf  # noqa: E402
+
+sys.path.pop(0)
 # BOOK_HTML=path tests that build as it is (no build): for example a build made elsewhere.
-HTML = Path(os.environ.get("BOOK_HTML", ROOT / "_build" / "html")).resolve()
+HTML = Path(os.environ.get("BOOK_HTML", book_build.HTML)).resolve()
 SHOTS = ROOT / "_build" / "browser-test"
-CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
-# Flags that keep Chromium from calling home (verified on Debian's chromium 156).
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# Chromium and the flags that keep it from calling home (verified on Debian's chromium 156): the same
+# browser prints the PDF (tools/book_pdf.py).
+CHROMIUM = book_pdf.CHROMIUM
+CHROMIUM_FLAGS = book_pdf.CHROMIUM_FLAGS
+BUILDS = {"book": "the book, built with the data",
+          "without-data": "the pages of the notebooks that read data, built without the data"}
 WINDOW = {"width": 1280, "height": 900}
 MAX_OUTPUT_LINES = 40
 MIN_FIGURE_SCALE = 0.85
@@ -56,8 +75,8 @@ CHECKS = {
     "alt_text": "an image without alt text",
 }
 
-HOW_TO_GET_CHROMIUM = ("the browser test needs Debian's Chromium at /usr/bin/chromium: "
-                       "`sudo apt-get install chromium` (or set CHROMIUM=/path/to/chromium); "
+HOW_TO_GET_CHROMIUM = (f"the browser test needs Debian's Chromium at {CHROMIUM}: "
+                       "`sudo apt-get install chromium` (or set CHROMIUM=/path/to/chromium, e.g. Google Chrome); "
                        "deselect it with -m 'not browser'")
 
 
@@ -81,29 +100,33 @@ def _require_browser():
         pytest.skip(missing)
 
 
-def _build_book() -> None:
-    """Build exactly as `make book` does, unless _build/html was built from the current sources."""
-    import sys
-
-    if "BOOK_HTML" in os.environ:
-        return
-
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import book_build
-    finally:
-        sys.path.pop(0)
-    if book_build.is_up_to_date():
-        return
+def _run_logged(what: str, command: list[str], log: Path) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
-    log = SHOTS / "build.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
     with log.open("w") as out:
-        done = subprocess.run(["make", "--no-print-directory", "book"], cwd=ROOT, env=env, stdout=out,
-                              stderr=subprocess.STDOUT)
+        done = subprocess.run(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     if done.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
-        pytest.fail(f"`make book` failed (full log: {log}):\n{tail}", pytrace=False)
+        pytest.fail(f"{what} failed (full log: {log}):\n{tail}", pytrace=False)
+
+
+def _build_book() -> None:
+    """Build exactly as `make book` does, unless _build/html was built from the current sources; then
+    print its PDF (`make pdf` without building again) unless it was printed from this build."""
+    if "BOOK_HTML" in os.environ:
+        return
+    if not book_build.is_up_to_date():
+        _run_logged("`make book`", ["make", "--no-print-directory", "book"], SHOTS / "build.log")
+    if not book_pdf.is_up_to_date():
+        _run_logged("printing the PDF", [sys.executable, str(ROOT / "tools" / "book_pdf.py")], SHOTS / "pdf.log")
+
+
+def _build_without_data() -> Path:
+    """`make book-without-data`, unless it was built from the current sources."""
+    if not book_build.is_up_to_date(book_build.NO_DATA_HTML):
+        _run_logged("`make book-without-data`", ["make", "--no-print-directory", "book-without-data"],
+                    SHOTS / "build-without-data.log")
+    return book_build.NO_DATA_HTML
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -111,17 +134,25 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
-def server():
-    _require_browser()
-    _build_book()
+@contextlib.contextmanager
+def _serve(html: Path):
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                            functools.partial(_QuietHandler, directory=str(HTML)))
+                                            functools.partial(_QuietHandler, directory=str(html)))
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def book_html() -> Path:
+    """The book's HTML (with its PDF), built when stale."""
+    _require_browser()
+    _build_book()
+    return HTML
 
 
 def _redirect(path: Path) -> str | None:
@@ -130,8 +161,8 @@ def _redirect(path: Path) -> str | None:
     return m.group(1) if m else None
 
 
-def _pages() -> list[str]:
-    return sorted(p.name for p in HTML.glob("*.html"))
+def _pages(html: Path) -> list[str]:
+    return sorted(p.name for p in html.glob("*.html"))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -290,11 +321,11 @@ def _components(mask: np.ndarray) -> list[tuple[int, int, int, int, int]]:
 # Visiting every page
 
 
-def _file_for(url: str, base: str) -> Path | None:
+def _file_for(url: str, base: str, html: Path) -> Path | None:
     parts = urlsplit(url)
     if not url.startswith(base):
         return None
-    path = HTML / unquote(parts.path).lstrip("/")
+    path = html / unquote(parts.path).lstrip("/")
     if path.is_dir():
         path = path / "index.html"
     return path
@@ -306,8 +337,9 @@ def _ids_in(path: Path) -> frozenset[str]:
     return frozenset(re.findall(r'\b(?:id|name)="([^"]+)"', text))
 
 
-def _visit(browser, base: str, page_name: str, failures: dict[str, list[str]]) -> dict[str, list]:
-    """Open one page, record its failures per check; return the offending elements' checks."""
+def _visit(browser, base: str, html: Path, page_name: str, failures: dict[str, list[str]],
+           shots_prefix: str = "") -> dict[str, list]:
+    """Open one page of the build in ``html``, record its failures per check; return them per check."""
     context = browser.new_context(viewport=WINDOW, device_scale_factor=1, service_workers="block")
     page = context.new_page()
     errors: list[str] = []
@@ -345,7 +377,7 @@ def _visit(browser, base: str, page_name: str, failures: dict[str, list[str]]) -
         problems = []
         if fig["scale"] < MIN_FIGURE_SCALE:
             problems.append(f"shown at {fig['scale']:.2f} of its width")
-        png_path = _file_for(fig["src"], base)
+        png_path = _file_for(fig["src"], base, html)
         if png_path is not None and png_path.exists():
             text = estimate_text_px(png_path.read_bytes())
             if text is not None and text * min(fig["scale"], 1.0) < MIN_FIGURE_TEXT_PX:
@@ -360,20 +392,20 @@ def _visit(browser, base: str, page_name: str, failures: dict[str, list[str]]) -
         if not href.startswith(base):
             continue
         parts = urlsplit(href)
-        target = _file_for(href, base)
+        target = _file_for(href, base, html)
         if target is None or not target.exists():
             page_failures["links"].append(f'"{link["text"]}" -> {unquote(parts.path)} (no such file)')
             continue
         fragment = unquote(parts.fragment)
         if fragment and target.suffix == ".html":
-            ids = own_ids if target == HTML / page_name else _ids_in(target)
+            ids = own_ids if target == html / page_name else _ids_in(target)
             if fragment not in ids:
                 page_failures["links"].append(f'"{link["text"]}" -> {target.name}#{fragment} (no such anchor)')
 
     for check, items in page_failures.items():
         failures[check] += [f"{page_name}: {item}" for item in items]
     if any(page_failures.values()):
-        _screenshots(page, page_name, [c for c, items in page_failures.items() if items])
+        _screenshots(page, shots_prefix + page_name, [c for c, items in page_failures.items() if items])
     context.close()
     return page_failures
 
@@ -404,27 +436,35 @@ def _screenshots(page, page_name: str, checks: list[str]) -> None:
         page.screenshot(path=SHOTS / f"{stem}--{check}.png")
 
 
-@pytest.fixture(scope="module")
-def report(server):
+@pytest.fixture(scope="module", params=list(BUILDS))
+def report(request, book_html):
+    """Every check's failures on the pages of one build (``book`` or ``without-data``)."""
     from playwright.sync_api import sync_playwright
 
-    pages = _pages()
-    assert "intro.html" in pages, f"no intro.html in {HTML}"
+    if request.param == "book":
+        html, prefix = book_html, ""
+        pages = _pages(html)
+        assert "intro.html" in pages, f"no intro.html in {html}"
+    else:
+        html, prefix = _build_without_data(), "without-data--"
+        pages = [f"{p.stem}.html" for p in book_build.data_notebooks()]
+        assert pages and all((html / p).exists() for p in pages), f"{pages} not all in {html}"
     failures: dict[str, list[str]] = {check: [] for check in CHECKS}
-    for old in SHOTS.glob("*.png"):
-        old.unlink()
-    with sync_playwright() as pw:
+    for old in SHOTS.glob(f"{prefix}*.png"):
+        if prefix or not old.name.startswith("without-data--"):
+            old.unlink()
+    with sync_playwright() as pw, _serve(html) as base:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS)
         try:
             for name in pages:
-                target = _redirect(HTML / name)
+                target = _redirect(html / name)
                 if target is None:
-                    _visit(browser, server, name, failures)
-                elif not (HTML / target.split("#")[0]).exists():
+                    _visit(browser, base, html, name, failures, prefix)
+                elif not (html / target.split("#")[0]).exists():
                     failures["links"].append(f"{name}: redirects to {target} (no such file)")
         finally:
             browser.close()
-    return {"pages": pages, "failures": failures}
+    return {"build": request.param, "pages": pages, "failures": failures}
 
 
 # Checks known to fail on today's pages while an issue about them is open (none now). Strict: the day
@@ -439,5 +479,119 @@ KNOWN_FAILING: dict[str, str] = {}  # check -> reason, for a strict xfail while 
 def test_every_page(report, check):
     failures = report["failures"][check]
     if failures:
-        pytest.fail(f"{len(failures)} x {CHECKS[check]} ({len(report['pages'])} pages; screenshots in "
-                    f"{SHOTS.relative_to(ROOT)}/*--{check}.png):\n  " + "\n  ".join(failures), pytrace=False)
+        pytest.fail(f"{len(failures)} x {CHECKS[check]} in {BUILDS[report['build']]} ({len(report['pages'])} "
+                    f"pages; screenshots in {SHOTS.relative_to(ROOT)}/*--{check}.png):\n  " + "\n  ".join(failures),
+                    pytrace=False)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The PDF of the book (tools/book_pdf.py, `make pdf`), printed from the book's build
+
+MAX_PAGES_PER_DOCUMENT = 60  # today 13 documents give about 370 pages
+TEX = re.compile(r"\\[A-Za-z]{2,}|\$\$|\\[()\[\]]")
+TYPESET = {"\\sum": "∑", "\\sqrt": "√", "\\top": "⊤", "\\alpha": "α", "\\in ": "∈"}
+
+
+def _title(notebook: Path) -> str:
+    """A page's title as the book shows it: its first line '# ...', without Markdown."""
+    first = nbformat.read(notebook, as_version=4).cells[0].source
+    line = next(line for line in first.splitlines() if line.startswith("# "))
+    return re.sub(r"[`*_]", "", line[2:]).strip()
+
+
+def _squeeze(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+@functools.cache
+def _code_corpus() -> str:
+    """Everything a page shows as code (cell sources and printed outputs, library listings), squeezed."""
+    parts = [p.read_text(encoding="utf-8") for p in (ROOT / "course_lib").rglob("*.py")]
+    for path in (ROOT / "book").glob("*.ipynb"):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code":
+                parts.append(cell.source)
+                parts += [o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in cell.get("outputs", [])]
+    return _squeeze("\n".join(parts))
+
+
+def raw_tex_lines(text: str) -> list[str]:
+    """Lines of a PDF's text that hold TeX (a macro such as \\frac, $$, \\( or \\[) and are not code.
+
+    Code listings may show TeX (a matplotlib label such as r"$\\sqrt{n}$", a docstring's :math:), so a
+    line that is part of a code cell, an output or the library's source is not counted.
+    """
+    return [line.strip() for line in text.splitlines()
+            if TEX.search(line) and _squeeze(line) not in _code_corpus()]
+
+
+@pytest.fixture(scope="module")
+def pdf(book_html):
+    from pypdf import PdfReader
+
+    path = book_html / book_pdf.PDF_NAME
+    assert path.exists(), f"no PDF at {path}: `make pdf` prints it"
+    reader = PdfReader(path)
+    return {"path": path, "reader": reader, "pages": [page.extract_text() for page in reader.pages]}
+
+
+def test_pdf_has_every_page_of_the_toc_in_order(pdf):
+    """One bookmark per document of _toc.yml (chapters 10 and 11 included the day they are listed),
+    pointing at increasing pages, and each document's title in the text of its first page."""
+    reader = pdf["reader"]
+    titles = [_title(ROOT / "book" / f"{name}.ipynb") for name in book_pdf.toc_files()]
+    outline = [(item.title, reader.get_destination_page_number(item)) for item in reader.outline]
+    assert [t for t, _ in outline] == titles, f"bookmarks {[t for t, _ in outline]}\n != toc {titles}"
+    starts = [page for _, page in outline]
+    assert starts == sorted(set(starts)) and starts[0] == 0, starts
+    for title, page in outline:
+        assert _squeeze(title) in _squeeze(pdf["pages"][page]), f"{title!r} not on page {page + 1}"
+
+
+def test_pdf_page_count(pdf):
+    documents = len(book_pdf.toc_files())
+    count = len(pdf["pages"])
+    assert documents <= count <= MAX_PAGES_PER_DOCUMENT * documents, f"{count} pages for {documents} documents"
+    size = pdf["path"].stat().st_size
+    assert size < 100e6, f"{size / 1e6:.0f} MB"  # GitHub's limit for one file
+
+
+def test_pdf_maths_is_typeset_no_raw_tex_left(pdf):
+    raw = [f"page {i + 1}: {line[:100]}" for i, text in enumerate(pdf["pages"]) for line in raw_tex_lines(text)]
+    assert not raw, f"{len(raw)} lines of raw TeX in the PDF's text:\n  " + "\n  ".join(raw[:20])
+    # and the formulas are there, typeset: the symbols MathJax draws for macros the book uses
+    markdown = "\n".join(c.source for name in book_pdf.toc_files()
+                         for c in nbformat.read(ROOT / "book" / f"{name}.ipynb", as_version=4).cells
+                         if c.cell_type == "markdown")
+    text = "\n".join(pdf["pages"])
+    missing = [f"{macro} ({glyph})" for macro, glyph in TYPESET.items() if macro in markdown and glyph not in text]
+    assert not missing, f"formulas of the book missing from the PDF: {missing}"
+
+
+def test_raw_tex_is_found_outside_code():
+    assert raw_tex_lines("so that $$\\frac{1}{2}$$ holds\nthe weights \\alpha_i sum to one") == [
+        "so that $$\\frac{1}{2}$$ holds", "the weights \\alpha_i sum to one"]
+    assert raw_tex_lines('ax.axvline(math.sqrt(n), color="k", ls=":", lw=1, label=r"$\\sqrt{n}$")') == []
+
+
+def test_pdf_has_every_figure_and_the_footer(pdf, book_html):
+    from bs4 import BeautifulSoup
+
+    figures = 0
+    for name in book_pdf.toc_files():
+        soup = BeautifulSoup((book_html / f"{name}.html").read_text(encoding="utf-8"), "html.parser")
+        article = soup.select_one("main article") or soup
+        figures += sum(1 for img in article.select("img[src*='_images/']")
+                       if not img.find_parent("details", class_="hide"))  # hidden cells are not printed
+    images = sum(1 for page in pdf["reader"].pages
+                 for xobject in ((page["/Resources"].get("/XObject") or {}).values())
+                 if xobject.get_object().get("/Subtype") == "/Image")
+    assert figures > 0 and images >= figures, f"{images} images in the PDF, {figures} figures in the book"
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from sphinx_course import package_version
+    finally:
+        sys.path.pop(0)
+    text = _squeeze("\n".join(pdf["pages"]))
+    assert _squeeze(f"Version {package_version()}") in text, "the footer's version is not in the PDF"
+    assert _squeeze("licensed CC BY 4.0") in text, "the footer's licence is not in the PDF"

@@ -5,8 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import tomllib
 import yaml
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the backport (the test extra installs it there)
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -33,8 +37,9 @@ def test_library_dependencies_have_lower_bounds_only():
 
 def test_extras_have_no_pins_and_only_the_documented_cap():
     for req in _all_requirements():
-        assert "==" not in req, f"{req!r} is pinned: exact versions belong in constraints.txt"
-        if "<" in req:
+        spec = req.split(";")[0]  # the version, not an environment marker such as python_version < '3.11'
+        assert "==" not in spec, f"{req!r} is pinned: exact versions belong in constraints.txt"
+        if "<" in spec:
             name = _name(req)
             assert name in ALLOWED_CAPS and ALLOWED_CAPS[name] in req, f"{req!r} has an upper cap"
 
@@ -66,3 +71,14 @@ def test_constraints_pin_torch_to_the_local_cpu_wheel_and_cover_every_requiremen
 
 def test_python_versions_supported():
     assert PYPROJECT["project"]["requires-python"] == ">=3.10"
+
+
+def test_one_version_number_for_the_package_the_library_and_the_citation():
+    import course_lib
+
+    version = PYPROJECT["project"]["version"]
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert course_lib.__version__ == version, f"course_lib.__version__ {course_lib.__version__} != pyproject {version}"
+    assert str(citation["version"]) == version, f"CITATION.cff says {citation['version']}, pyproject {version}"
+    assert citation["cff-version"] == "1.2.0"
+    assert {"MIT", "CC-BY-4.0"} <= set(citation["license"]), citation["license"]

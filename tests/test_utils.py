@@ -148,7 +148,7 @@ def test_set_seed_accepts_numpy_integers(restore_determinism):
 
 
 def test_glue_publishes_the_value_for_myst_nb(monkeypatch):
-    import myst_nb
+    myst_nb = pytest.importorskip("myst_nb", reason="myst_nb comes with the book extra (pip install -e '.[book]')")
 
     recorded = []
     monkeypatch.setattr(myst_nb, "glue", lambda name, value, display: recorded.append((name, value, display)))

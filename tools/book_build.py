@@ -13,12 +13,24 @@ executed copies), so every notebook is executed again. ``stamp`` writes the dige
 the HTML (the library's digest plus the book's sources and configuration) to
 ``_build/html/.inputs-digest``; the browser test rebuilds whenever the digest of the working tree
 differs from it, so it never tests a stale build.
+
+    python tools/book_build.py without-data   # `make book-without-data`
+
+builds what a reader without the data files sees (a fresh clone with no ../shared/data): the notebooks
+that read data (:func:`data_notebooks`) executed with ``COURSE_DATA_DIR`` an empty folder, the other pages
+rendered from their stored outputs (not executed again: they read no data), with the book's
+configuration and toc, so numbering, references and glue resolve as in the book. Output:
+``_build/no-data/_build/html``, stamped like the book; the browser test builds it when it is stale and
+checks the pages of the data notebooks as it checks the book's.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,7 +38,15 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build"
 CACHE = BUILD / ".jupyter_cache"
 LIBRARY_DIGEST = CACHE / "course_lib.digest"
-HTML_DIGEST = BUILD / "html" / ".inputs-digest"
+HTML = BUILD / "html"
+HTML_DIGEST = HTML / ".inputs-digest"
+NO_DATA = BUILD / "no-data"              # jupyter-book's --path-output for the build without data
+NO_DATA_HTML = NO_DATA / "_build" / "html"
+# The tools that are not inputs of the HTML (the PDF is printed from the HTML, after the build).
+NOT_BUILD_INPUTS = {"book_pdf.py"}
+# A notebook reads a data file when it calls one of these (course_lib.data); without the file it must
+# still run top to bottom and say what it skipped.
+_READS_DATA = re.compile(r"\b(?:load_fra_eng|find_data_file|data_dir)\s*\(")
 
 
 def _digest(paths: list[Path]) -> str:
@@ -48,10 +68,11 @@ def library_digest() -> str:
 
 def inputs_digest() -> str:
     """Digest of every input of the HTML book: library, notebooks, bibliography, configuration, extension."""
+    # Not tool caches (book/.ruff_cache changes whenever `make lint` runs) nor Jupyter's checkpoints.
     files = [p for p in (ROOT / "book").rglob("*") if p.is_file() and "_build" not in p.parts
-             and ".ipynb_checkpoints" not in p.parts]
+             and not any(part.startswith(".") for part in p.relative_to(ROOT).parts)]
     files += [ROOT / "_config.yml", ROOT / "_toc.yml", ROOT / "Makefile"]
-    files += list((ROOT / "tools").glob("*.py"))
+    files += [p for p in (ROOT / "tools").glob("*.py") if p.name not in NOT_BUILD_INPUTS]
     return library_digest() + _digest(files)
 
 
@@ -68,16 +89,59 @@ def prepare() -> None:
     LIBRARY_DIGEST.write_text(digest + "\n")
 
 
-def stamp() -> None:
-    HTML_DIGEST.write_text(inputs_digest() + "\n")
+def stamp(html: Path = HTML) -> None:
+    (html / ".inputs-digest").write_text(inputs_digest() + "\n")
 
 
-def is_up_to_date() -> bool:
-    return HTML_DIGEST.exists() and HTML_DIGEST.read_text().strip() == inputs_digest()
+def is_up_to_date(html: Path = HTML) -> bool:
+    """Whether the HTML in ``html`` was built from the sources as they are now."""
+    digest = html / ".inputs-digest"
+    return digest.exists() and digest.read_text().strip() == inputs_digest()
+
+
+def data_notebooks() -> list[Path]:
+    """The book's notebooks whose code reads a data file (today: section 8.1, the English-French pairs)."""
+    import nbformat
+
+    found = []
+    for path in sorted((ROOT / "book").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        if any(c.cell_type == "code" and _READS_DATA.search(c.source) for c in nb.cells):
+            found.append(path)
+    return found
+
+
+def without_data() -> None:
+    """Build the book as a reader without the data files sees it (see the module's docstring)."""
+    import yaml
+
+    reads = {p.name for p in data_notebooks()}
+    empty = NO_DATA / "empty-data-folder"
+    if empty.exists():
+        shutil.rmtree(empty)
+    empty.mkdir(parents=True)
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    config["execute"].update(
+        execute_notebooks="force",  # the data notebooks, every time: a run without data takes seconds
+        exclude_patterns=sorted(p.name for p in (ROOT / "book").glob("*.ipynb") if p.name not in reads))
+    # local_extensions' folders are relative to the configuration file, which is written elsewhere
+    config["sphinx"]["local_extensions"] = {name: str((ROOT / folder).resolve())
+                                            for name, folder in config["sphinx"]["local_extensions"].items()}
+    NO_DATA.mkdir(parents=True, exist_ok=True)
+    (NO_DATA / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    env = dict(os.environ, COURSE_DATA_DIR=str(empty), MPLBACKEND="Agg")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    print(f"book_build: the book without data ({', '.join(sorted(reads))} executed with an empty "
+          f"COURSE_DATA_DIR) -> {NO_DATA_HTML.relative_to(ROOT)}", flush=True)
+    jupyter_book = Path(sys.executable).with_name("jupyter-book")
+    subprocess.run([str(jupyter_book), "build", "book", "--config", str(NO_DATA / "_config.yml"),
+                    "--toc", str(ROOT / "_toc.yml"), "--path-output", str(NO_DATA), "-W", "-n", "--keep-going"],
+                   cwd=ROOT, env=env, check=True)
+    stamp(NO_DATA_HTML)
 
 
 if __name__ == "__main__":
-    commands = {"prepare": prepare, "stamp": stamp}
+    commands = {"prepare": prepare, "stamp": stamp, "without-data": without_data}
     if len(sys.argv) != 2 or sys.argv[1] not in commands:
         sys.exit(f"usage: python {Path(__file__).name} {{{','.join(commands)}}}")
     commands[sys.argv[1]]()

@@ -5,6 +5,10 @@ group (Colab) to every page built from a notebook, including the intro, the nota
 bibliography, which have no code to run. This removes the group from pages whose doctree holds no
 code cell.
 
+The version in the footer: ``{version}`` in the theme's ``extra_footer`` (_config.yml) becomes the
+package's version from pyproject.toml (the same as ``course_lib.__version__`` and CITATION.cff, checked
+by tests/test_packaging.py), which is also Sphinx's ``version`` and ``release``.
+
 Bibliography labels as the citations read: the ``course`` pybtex style is unsrt with labels
 "Author, year", "Author and Author, year" or "Author et al., year" (sphinxcontrib-bibtex's
 author_year citations) instead of "[VSP+17]", sorted by author and year.
@@ -12,6 +16,8 @@ author_year citations) instead of "[VSP+17]", sorted by author and year.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 from docutils import nodes
@@ -32,6 +38,26 @@ def remove_launch_buttons_without_code(app: Sphinx, pagename: str, templatename:
     if buttons:
         buttons[:] = [b for b in buttons if b.get("label") != "launch-buttons"]
 
+
+# ---------------------------------------------------------------------------------------------------
+# The version number in the footer
+
+
+def package_version() -> str:
+    """The version of pyproject.toml's [project] table."""
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    found = re.search(r'^version\s*=\s*"([^"]+)"', text, re.MULTILINE)
+    if found is None:
+        raise ValueError("pyproject.toml has no version")
+    return found.group(1)
+
+
+def set_version(app: Sphinx, config) -> None:
+    version = package_version()
+    config.version = config.release = version
+    options = config.html_theme_options
+    if "{version}" in options.get("extra_footer", ""):
+        options["extra_footer"] = options["extra_footer"].replace("{version}", version)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -88,6 +114,7 @@ def _register_bibliography_style() -> None:
 
 def setup(app: Sphinx) -> dict[str, Any]:
     _register_bibliography_style()  # bibtex_default_style: course in _config.yml
+    app.connect("config-inited", set_version)
     # sphinx-book-theme adds the launch buttons at priority 501; run after it.
     app.connect("html-page-context", remove_launch_buttons_without_code, priority=600)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
