@@ -1,0 +1,68 @@
+"""Diagrams of chapters 1 and 3: attention pooling and the scoring pipeline."""
+
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+
+from ._draw import FONT, arrow, box, canvas
+
+
+def attention_pooling_diagram(num_keys: int = 3) -> Figure:
+    """Attention pooling: a query is scored against every key, a softmax turns the scores into
+    weights, and the output is the weighted sum of the values (chapter 1)."""
+    if num_keys < 2 or num_keys > 4:
+        raise ValueError(f"num_keys must be between 2 and 4, got {num_keys}")
+    fig, ax = canvas(7.8, 3.9, 13.0, 6.5)
+    ys = [5.0 - (4.0 / (num_keys - 1)) * i for i in range(num_keys)]
+    mid = (ys[0] + ys[-1]) / 2
+    box(ax, 0.6, mid, 1.1, 0.8, "query\n" r"$\mathbf{q}$", "query")
+    box(ax, 6.3, mid, 1.4, ys[0] - ys[-1] + 0.8, "softmax", "op")
+    box(ax, 10.5, mid, 1.5, 0.9, "weighted\nsum", "op")
+    box(ax, 12.3, mid, 1.1, 0.7, "output", "query")
+    for i, y in enumerate(ys, start=1):
+        label = str(i) if i < num_keys else "m"
+        box(ax, 2.3, y, 0.9, 0.6, rf"$\mathbf{{k}}_{label}$", "key")
+        box(ax, 4.2, y, 1.9, 0.7, rf"$a(\mathbf{{q}}, \mathbf{{k}}_{label})$", "op")
+        box(ax, 8.3, y + 0.38, 0.9, 0.55, rf"$\alpha_{label}$", "attention")
+        box(ax, 8.3, y - 0.38, 0.9, 0.55, rf"$\mathbf{{v}}_{label}$", "value")
+        arrow(ax, (1.15, mid), (1.85, y - 0.2))
+        arrow(ax, (2.75, y), (3.25, y))
+        arrow(ax, (5.15, y), (5.6, y))
+        arrow(ax, (7.0, y + 0.38), (7.85, y + 0.38))
+        arrow(ax, (8.75, y), (9.75, mid + 0.3 * (ys[0] - y > 0) - 0.3 * (y - ys[-1] > 0)))
+    arrow(ax, (11.25, mid), (11.75, mid))
+    ax.text(4.2, ys[0] + 0.65, "scores", ha="center", fontsize=FONT)
+    ax.text(8.3, ys[0] + 0.95, r"weights $\alpha_i$, values $\mathbf{v}_i$", ha="center", fontsize=FONT)
+    ax.text(10.5, mid - 0.75, r"$\sum_i \alpha_i \mathbf{v}_i$", ha="center", va="top", fontsize=FONT)
+    ax.text(6.3, ys[-1] - 0.75, r"$\alpha_i \geq 0,\ \sum_i \alpha_i = 1$", ha="center", va="top",
+            fontsize=FONT)
+    ax.set_title("Attention pooling", fontsize=FONT + 1)
+    return fig
+
+
+def scoring_pipeline_diagram() -> Figure:
+    """The pipeline of chapter 3: scores of every query against every key, a masked softmax over
+    the valid keys, then a batched matrix product with the values."""
+    fig, ax = canvas(7.8, 2.9, 12.2, 4.6)
+    box(ax, 0.8, 4.0, 1.3, 0.7, r"queries $\mathbf{Q}$", "query", fontsize=FONT - 1)
+    box(ax, 0.8, 2.6, 1.3, 0.7, r"keys $\mathbf{K}$", "key", fontsize=FONT - 1)
+    box(ax, 0.8, 1.0, 1.3, 0.7, r"values $\mathbf{V}$", "value", fontsize=FONT - 1)
+    box(ax, 3.5, 3.3, 2.6, 1.5, "scoring function\n" r"$a(\mathbf{q}, \mathbf{k})$:" "\n"
+         r"dot, $/\sqrt{d}$, additive", "op", fontsize=FONT - 1)
+    box(ax, 6.6, 3.3, 2.0, 1.2, "masked\nsoftmax", "attention")
+    box(ax, 6.6, 1.4, 2.0, 0.7, "valid_lens", "op", fontsize=FONT - 1)
+    box(ax, 9.4, 2.2, 1.8, 1.2, "batched\nmatmul", "op")
+    box(ax, 11.5, 2.2, 1.2, 0.8, "output", "query", fontsize=FONT - 1)
+    arrow(ax, (1.45, 4.0), (2.2, 3.6))
+    arrow(ax, (1.45, 2.6), (2.2, 3.0))
+    arrow(ax, (4.8, 3.3), (5.6, 3.3))
+    ax.text(5.2, 3.55, "scores", ha="center", fontsize=FONT - 1)
+    arrow(ax, (6.6, 1.75), (6.6, 2.7))
+    arrow(ax, (7.6, 3.1), (8.5, 2.5))
+    ax.text(8.3, 3.05, "weights", ha="left", fontsize=FONT - 1)
+    arrow(ax, (1.45, 1.0), (8.5, 1.9))
+    arrow(ax, (10.3, 2.2), (10.9, 2.2))
+    ax.text(6.6, 4.15, "(batch, n_q, n_k)", ha="center", fontsize=FONT - 1)
+    ax.text(9.4, 1.35, "(batch, n_q, d_v)", ha="center", va="top", fontsize=FONT - 1)
+    ax.set_title("Attention scoring: score, mask, normalise, pool", fontsize=FONT + 1)
+    return fig
