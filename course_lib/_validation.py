@@ -418,3 +418,58 @@ def check_token_id(token_id: object, name: str, vocab_size: int) -> int:
     if not 0 <= token_id < vocab_size:
         raise ValueError(f"{name} must be an id in [0, {vocab_size}), got {token_id}")
     return int(token_id)
+
+
+_HEADS_LAYOUT = {"queries": "(batch, n_queries, num_hiddens)", "keys": "(batch, n_keys, num_hiddens)",
+                 "values": "(batch, n_keys, num_hiddens)"}
+
+
+def check_heads_inputs(queries: object, keys: object, values: object, kv: object, *, num_hiddens: int,
+                       num_heads: int, num_kv_heads: int, dtype: torch.dtype, cached: int = 0) -> tuple[int, int, int]:
+    """The one check of a multi-head attention call's inputs: keys and values, or projected ``kv``.
+
+    Args:
+        queries: (batch, n_queries, num_hiddens) of the module's ``dtype``.
+        keys, values: (batch, n_keys, num_hiddens), or both ``None`` when ``kv`` is given.
+        kv: ``None``, or the (keys, values) pair of ``project_kv``: (batch, num_kv_heads, n_keys, d_h)
+            each (any floating dtype: under autocast projected tensors carry autocast's).
+        num_hiddens, num_heads, num_kv_heads, dtype: the module's sizes and parameter dtype.
+        cached: the keys a cache already holds.
+
+    Returns:
+        ``(batch, n_queries, n_keys)``, the cached keys included.
+    """
+    if kv is None:
+        if keys is None or values is None:
+            raise ValueError("give keys and values (batch, n_keys, num_hiddens), or kv from project_kv")
+        check_qkv(queries, keys, values, layout=_HEADS_LAYOUT, ndim=3, size=num_hiddens, dtype=dtype)
+        n_new = keys.shape[1]
+    else:
+        if keys is not None or values is not None:
+            raise ValueError("give keys and values, or kv (projected by project_kv), not both")
+        if not isinstance(kv, tuple) or len(kv) != 2:
+            raise TypeError(f"kv must be the (keys, values) pair of project_kv, got {type(kv).__name__}")
+        check_qkv(queries, queries, None, layout=_HEADS_LAYOUT["queries"], ndim=3, size=num_hiddens, dtype=dtype)
+        check_qkv(kv[0], kv[0], kv[1], layout="(batch, num_kv_heads, n_keys, d_h)", ndim=4,
+                  size=num_hiddens // num_heads)
+        if kv[0].shape[:2] != (queries.shape[0], num_kv_heads):
+            raise ValueError(f"kv must hold (batch, num_kv_heads, n_keys, d_h) = ({queries.shape[0]}, "
+                             f"{num_kv_heads}, n_keys, d_h) tensors, got {tuple(kv[0].shape)}")
+        n_new = kv[0].shape[2]
+    if n_new + cached == 0:
+        raise ValueError(f"keys must hold at least one key, got shape {tuple((keys if kv is None else kv[0]).shape)}")
+    return queries.shape[0], queries.shape[1], n_new + cached
+
+
+def check_heads_mask(mask: object, batch: int, num_heads: int, n_queries: int, n_keys: int) -> torch.Tensor:
+    """A multi-head attention's keep-mask, checked and given its head axis: 3-D masks are shared by the heads.
+
+    Accepts (n_q, n_k), (batch or 1, n_q or 1, n_k or 1) and (batch or 1, heads or 1, n_q or 1, n_k or 1).
+
+    Returns:
+        The mask with 2 or 4 axes, (B, Tq, Tk) made (B, 1, Tq, Tk).
+    """
+    check_tensor(mask, "mask")
+    scores = (batch, n_queries, n_keys) if mask.dim() < 4 else (batch, num_heads, n_queries, n_keys)
+    check_keep_mask(mask, scores)
+    return mask.unsqueeze(1) if mask.dim() == 3 else mask

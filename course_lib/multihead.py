@@ -31,7 +31,8 @@ from ._validation import (
     check_batch_index,
     check_bool,
     check_heads,
-    check_keep_mask,
+    check_heads_inputs,
+    check_heads_mask,
     check_positive_int,
     check_probability,
     check_qkv,
@@ -39,9 +40,6 @@ from ._validation import (
 from .attention_kernels import AttentionKernel, fused_kernel
 
 __all__ = ["KVCache", "MultiHeadAttention"]
-
-_LAYOUT = {"queries": "(batch, n_queries, num_hiddens)", "keys": "(batch, n_keys, num_hiddens)",
-           "values": "(batch, n_keys, num_hiddens)"}
 
 
 class KVCache:
@@ -200,10 +198,12 @@ class MultiHeadAttention(nn.Module):
         Returns:
             (batch, n_queries, num_hiddens)
         """
-        batch, n_q, n_k = self._check(queries, keys, values, kv, kv_cache, causal)
-        if mask is not None:  # checked before the cache grows, so a bad mask leaves it intact
-            mask = check_keep_mask(mask, (batch, n_q, n_k) if mask.dim() < 4 else (batch, self.num_heads, n_q, n_k))
-            mask = mask.unsqueeze(1) if mask.dim() == 3 else mask  # (B, Tq, Tk) -> (B, 1, Tq, Tk): every head
+        check_bool(causal, "causal")
+        batch, n_q, n_k = check_heads_inputs(queries, keys, values, kv, num_hiddens=self.num_hiddens,
+                                             num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
+                                             dtype=self.W_q.weight.dtype, cached=_cached(kv_cache, queries))
+        # Checked before the cache grows, so a bad mask leaves it intact; (B, Tq, Tk) -> (B, 1, Tq, Tk).
+        mask = None if mask is None else check_heads_mask(mask, batch, self.num_heads, n_q, n_k)
         q, k, v = self._project(queries, keys, values, kv)  # (B, h, Tq, d_h), (B, h_kv, Tk, d_h) x 2
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)
@@ -229,36 +229,6 @@ class MultiHeadAttention(nn.Module):
         check_qkv(keys, keys, values, layout="(batch, n_keys, num_hiddens)", ndim=3, size=self.num_hiddens,
                   dtype=self.W_k.weight.dtype)
         return self._project_kv(keys, values)
-
-    def _check(self, queries: object, keys: object, values: object, kv: object, kv_cache: object,
-               causal: object) -> tuple[int, int, int]:
-        """Validate a call (once); return batch, n_queries and n_keys (the cache included)."""
-        check_bool(causal, "causal")
-        if kv is not None:
-            if keys is not None or values is not None:
-                raise ValueError("give keys and values, or kv (projected by project_kv), not both")
-            if not isinstance(kv, tuple) or len(kv) != 2:
-                raise TypeError(f"kv must be the (keys, values) pair of project_kv, got {type(kv).__name__}")
-            dtype = self.W_q.weight.dtype
-            check_qkv(queries, queries, None, layout="(batch, n_queries, num_hiddens)", ndim=3,
-                      size=self.num_hiddens, dtype=dtype)
-            # Projected tensors carry autocast's dtype under mixed precision: no dtype is imposed on them.
-            check_qkv(kv[0], kv[0], kv[1], layout="(batch, num_kv_heads, n_keys, d_h)", ndim=4,
-                      size=self.head_size)
-            if kv[0].shape[:2] != (queries.shape[0], self.num_kv_heads):
-                raise ValueError(f"kv must hold (batch, num_kv_heads, n_keys, d_h) = ({queries.shape[0]}, "
-                                 f"{self.num_kv_heads}, n_keys, {self.head_size}) tensors, got {tuple(kv[0].shape)}")
-            n_new = kv[0].shape[2]
-        else:
-            if keys is None or values is None:
-                raise ValueError("give keys and values (batch, n_keys, num_hiddens), or kv from project_kv")
-            check_qkv(queries, keys, values, layout=_LAYOUT, ndim=3, size=self.num_hiddens,
-                      dtype=self.W_q.weight.dtype)
-            n_new = keys.shape[1]
-        n_k = n_new + _cached(kv_cache, queries.shape[0])
-        if n_k == 0:
-            raise ValueError(f"keys must hold at least one key, got shape {tuple(keys.shape)}")
-        return queries.shape[0], queries.shape[1], n_k
 
     def _project(self, queries: torch.Tensor, keys: torch.Tensor | None, values: torch.Tensor | None,
                  kv: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, ...]:
@@ -297,13 +267,14 @@ def _check_kernel(kernel: object) -> AttentionKernel:
     return kernel
 
 
-def _cached(kv_cache: object, batch: int) -> int:
-    """The number of cached steps, after checking that ``kv_cache`` is a cache of this batch."""
+def _cached(kv_cache: object, queries: object) -> int:
+    """The number of cached steps, after checking that ``kv_cache`` is a cache of the queries' batch."""
     if kv_cache is None:
         return 0
     if not isinstance(kv_cache, KVCache):
         raise TypeError(f"kv_cache must be a KVCache, got {type(kv_cache).__name__}")
-    if kv_cache.keys is not None and kv_cache.keys.shape[0] != batch:
+    batch = queries.shape[0] if isinstance(queries, torch.Tensor) and queries.dim() else None  # else: checked later
+    if kv_cache.keys is not None and batch is not None and kv_cache.keys.shape[0] != batch:
         raise ValueError(f"kv_cache holds a batch of {kv_cache.keys.shape[0]} (keys of shape "
                          f"{tuple(kv_cache.keys.shape)}) but the queries have a batch of {batch}; reorder the "
                          f"cache with the batch")
