@@ -131,7 +131,9 @@ def fused_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.
     """The same through ``torch.nn.functional.scaled_dot_product_attention`` (fused, never stores the weights).
 
     On a CPU (and with the flash or memory-efficient kernels of a GPU) the scores are computed tile
-    by tile: O(n) memory instead of O(n^2). The weights exist only in :func:`explicit_kernel`, which
+    by tile: O(n) memory instead of O(n^2), for 4-D (B, H, n, d) inputs without a mask (the causal rule of
+    as many queries as keys needs none); a mask is itself an n x n tensor, and 3-D inputs take PyTorch's
+    math path, which stores the scores. The weights exist only in :func:`explicit_kernel`, which
     this kernel calls when ``need_weights`` asks for them.
 
     Args and returns: see :mod:`course_lib.attention_kernels`.
