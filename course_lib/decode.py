@@ -120,12 +120,15 @@ def greedy_decode(
         B lists of token ids, without ``<bos>`` and ``<eos>``.
 
     Examples:
-        >>> model = Transformer(TransformerConfig(10, 12, num_hiddens=8, ffn_num_hiddens=16, num_heads=2))
-        >>> src, src_valid_lens = torch.tensor([[4, 5, 2], [6, 2, 0]]), torch.tensor([3, 2])
-        >>> out = greedy_decode(model, src, src_valid_lens, max_len=5)
-        >>> len(out), all(len(ids) <= 5 and 2 not in ids for ids in out)  # B lists, <eos> cut off
+        >>> config = TransformerConfig(10, 12, num_hiddens=8,
+        ...                            ffn_num_hiddens=16, num_heads=2)
+        >>> model = Transformer(config)
+        >>> src = torch.tensor([[4, 5, 2], [6, 2, 0]])
+        >>> lens = torch.tensor([3, 2])
+        >>> out = greedy_decode(model, src, lens, max_len=5)
+        >>> len(out), all(len(y) <= 5 and 2 not in y for y in out)
         (2, True)
-        >>> greedy_decode(model, src, src_valid_lens, max_len=5, use_cache=False) == out  # the uncached reference
+        >>> out == greedy_decode(model, src, lens, 5, use_cache=False)
         True
     """
     src, src_valid_lens = _check_src(model, src, src_valid_lens)

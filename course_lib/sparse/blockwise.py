@@ -182,12 +182,14 @@ def strided_attention(
         gets the zero vector.
 
     Examples:
-        >>> q, k, v = torch.randn(2, 10, 4), torch.randn(2, 10, 4), torch.randn(2, 10, 3)
-        >>> lens = torch.tensor([10, 6])  # the second sequence has 4 padding keys
+        >>> q, k = torch.randn(2, 10, 4), torch.randn(2, 10, 4)
+        >>> v = torch.randn(2, 10, 3)
+        >>> lens = torch.tensor([10, 6])  # 4 padding keys in row 2
         >>> out = strided_attention(q, k, v, stride=3, valid_lens=lens)
         >>> out.shape  # like values
         torch.Size([2, 10, 3])
-        >>> keep = strided_pattern(10, 3) & padding_mask(lens, 10)  # (2, 10, 10), built only for the check
+        >>> # the dense (2, 10, 10) mask, built only for the check:
+        >>> keep = strided_pattern(10, 3) & padding_mask(lens, 10)
         >>> torch.allclose(out, dense_attention(q, k, v, keep), atol=1e-6)
         True
     """
