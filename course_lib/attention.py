@@ -39,6 +39,13 @@ def attention_pool(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
 
     Returns:
         (..., n_queries, d_v)
+
+    Examples:
+        >>> weights = torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]])  # (n_queries, n_keys) = (2, 3)
+        >>> values = torch.tensor([[1.0, 10.0], [3.0, 20.0], [5.0, 30.0]])  # (n_keys, d_v) = (3, 2)
+        >>> attention_pool(weights, values)  # the mean of the first two values, then the third
+        tensor([[ 2., 15.],
+                [ 5., 30.]])
     """
     check_floating(weights, "weights")
     check_floating(values, "values")
@@ -65,6 +72,13 @@ def softmax_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.T
 
     Returns:
         ``(output, weights)``: (..., n_queries, d_v) and (..., n_queries, n_keys).
+
+    Examples:
+        >>> q = torch.tensor([[1.0, 0.0]])  # (1, 2)
+        >>> k = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # (2, 2)
+        >>> output, weights = softmax_attention(q, k, torch.tensor([[10.0], [20.0]]))
+        >>> weights, output  # softmax(1, 0), then 10 w_1 + 20 w_2
+        (tensor([[0.7311, 0.2689]]), tensor([[12.6894]]))
     """
     check_qkv(queries, keys, values)
     weights = torch.softmax(queries @ keys.transpose(-2, -1), dim=-1)
@@ -86,6 +100,14 @@ def parameter_free_self_attention(X: torch.Tensor) -> tuple[torch.Tensor, torch.
 
     Returns:
         ``(H, A)``: (..., T, d) outputs and (..., T, T) weights (row t = token t's weights).
+
+    Examples:
+        >>> X = torch.tensor([[3.0, 0.0], [0.0, 3.0], [1.0, 1.0]])  # T = 3 tokens, d = 2
+        >>> H, A = parameter_free_self_attention(X)
+        >>> H.shape, A.shape
+        (torch.Size([3, 2]), torch.Size([3, 3]))
+        >>> A.diagonal()  # the two long tokens attend almost only to themselves
+        tensor([0.9974, 0.9974, 0.1554])
     """
     check_floating(X, "X")
     check_ndim(X, "X", (2, 3), "(T, d) or (batch, T, d)")

@@ -46,7 +46,21 @@ __all__ = ["AttentionKernel", "attend", "explicit_kernel", "fused_kernel", "keep
 
 @runtime_checkable
 class AttentionKernel(Protocol):
-    """What :class:`~course_lib.multihead.MultiHeadAttention` calls: see the module docstring for the shapes."""
+    """What :class:`~course_lib.multihead.MultiHeadAttention` calls: see the module docstring for the shapes.
+
+    Examples:
+        A kernel of one's own plugs into a module unchanged; here the explicit kernel, logged:
+
+        >>> calls = []
+        >>> def logged(q, k, v, mask=None, **options):
+        ...     calls.append(tuple(q.shape))  # (B, H, n_q, d_h)
+        ...     return explicit_kernel(q, k, v, mask, **options)
+        >>> mha = MultiHeadAttention(8, 2, kernel=logged)
+        >>> mha(torch.randn(1, 3, 8), torch.randn(1, 5, 8), torch.randn(1, 5, 8)).shape, calls
+        (torch.Size([1, 3, 8]), [(1, 2, 3, 4)])
+        >>> isinstance(fused_kernel, AttentionKernel)
+        True
+    """
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, *,
                  causal: bool = False, dropout_p: float = 0.0, scale: float | None = None,
@@ -117,7 +131,9 @@ def fused_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.
     """The same through ``torch.nn.functional.scaled_dot_product_attention`` (fused, never stores the weights).
 
     On a CPU (and with the flash or memory-efficient kernels of a GPU) the scores are computed tile
-    by tile: O(n) memory instead of O(n^2). The weights exist only in :func:`explicit_kernel`, which
+    by tile: O(n) memory instead of O(n^2), for 4-D (B, H, n, d) inputs without a mask (the causal rule of
+    as many queries as keys needs none); a mask is itself an n x n tensor, and 3-D inputs take PyTorch's
+    math path, which stores the scores. The weights exist only in :func:`explicit_kernel`, which
     this kernel calls when ``need_weights`` asks for them.
 
     Args and returns: see :mod:`course_lib.attention_kernels`.

@@ -26,7 +26,18 @@ FORMAT_VERSION = 1
 
 
 class CheckpointError(ValueError):
-    """A file that is not a usable course_lib checkpoint (corrupted, wrong format, mismatched weights)."""
+    """A file that is not a usable course_lib checkpoint (corrupted, wrong format, mismatched weights).
+
+    Examples:
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = Path(folder) / "model.pt"
+        ...     _ = path.write_bytes(b"not a checkpoint")
+        ...     try:
+        ...         load_checkpoint(path)
+        ...     except CheckpointError as e:
+        ...         print(isinstance(e, ValueError), "is not a readable checkpoint" in str(e))
+        True True
+    """
 
 
 def _model_classes() -> dict[str, tuple[type[nn.Module], type]]:
@@ -76,6 +87,16 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, src_vocab, tgt_vo
 
     Returns:
         The path written.
+
+    Examples:
+        >>> vocab = Vocab.build([list("0123456789-")])
+        >>> model = Transformer(TransformerConfig(len(vocab), len(vocab), num_hiddens=8, ffn_num_hiddens=16,
+        ...                                       num_heads=2))
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = save_checkpoint(Path(folder) / "runs" / "dates.pt", model, vocab, vocab, meta={"task": "dates"})
+        ...     print(path.relative_to(folder), sorted(torch.load(path, weights_only=True)))
+        runs/dates.pt ['config', 'format', 'format_version', 'meta', 'model_class', 'src_vocab', 'state_dict',
+                       'tgt_vocab']
     """
     classes = _model_classes()
     name = type(model).__name__
@@ -150,6 +171,18 @@ def load_checkpoint(path: str | os.PathLike, device: torch.device | str | None =
         FileNotFoundError: no such file.
         CheckpointError: the file is corrupted or truncated, is not a course_lib checkpoint, has an
             unknown format version or model class, or holds weights that do not fit its config.
+
+    Examples:
+        >>> vocab = Vocab.build([list("0123456789-")])
+        >>> model = Transformer(TransformerConfig(len(vocab), len(vocab), num_hiddens=8, ffn_num_hiddens=16,
+        ...                                       num_heads=2))
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = save_checkpoint(Path(folder) / "dates.pt", model, vocab, vocab, meta={"task": "dates"})
+        ...     again, src_vocab, tgt_vocab, meta = load_checkpoint(path, device="cpu")
+        >>> again.config == model.config, src_vocab == vocab, meta, again.training
+        (True, True, {'task': 'dates'}, False)
+        >>> all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), model.state_dict().values()))
+        True
     """
     path = Path(path)
     if not path.is_file():

@@ -118,6 +118,18 @@ def greedy_decode(
 
     Returns:
         B lists of token ids, without ``<bos>`` and ``<eos>``.
+
+    Examples:
+        >>> config = TransformerConfig(10, 12, num_hiddens=8,
+        ...                            ffn_num_hiddens=16, num_heads=2)
+        >>> model = Transformer(config)
+        >>> src = torch.tensor([[4, 5, 2], [6, 2, 0]])
+        >>> lens = torch.tensor([3, 2])
+        >>> out = greedy_decode(model, src, lens, max_len=5)
+        >>> len(out), all(len(y) <= 5 and 2 not in y for y in out)
+        (2, True)
+        >>> out == greedy_decode(model, src, lens, 5, use_cache=False)
+        True
     """
     src, src_valid_lens = _check_src(model, src, src_valid_lens)
     _check_ids(max_len, bos, eos)
@@ -248,6 +260,13 @@ def sequence_log_prob(model: Seq2SeqModel, src: torch.Tensor, src_valid_lens: to
 
     Returns:
         (B,) float tensor of log-probabilities (0 for an empty target).
+
+    Examples:
+        >>> model = Transformer(TransformerConfig(10, 12, num_hiddens=8, ffn_num_hiddens=16, num_heads=2))
+        >>> src, src_valid_lens = torch.tensor([[4, 5, 2], [6, 2, 0]]), torch.tensor([3, 2])
+        >>> log_p = sequence_log_prob(model, src, src_valid_lens, [[7, 8, 2], []])
+        >>> log_p.shape, bool(log_p[0] < 0), log_p[1].item()
+        (torch.Size([2]), True, 0.0)
     """
     src, src_valid_lens = _check_src(model, src, src_valid_lens, ("__call__", "parameters"))
     if len(targets) != src.shape[0]:
@@ -281,6 +300,13 @@ def decode_batch(model: Seq2SeqModel, src: torch.Tensor, src_valid_lens: torch.T
 
     Returns:
         B lists of token ids, without ``<bos>`` and ``<eos>``.
+
+    Examples:
+        >>> model = Transformer(TransformerConfig(10, 12, num_hiddens=8, ffn_num_hiddens=16, num_heads=2))
+        >>> src, src_valid_lens = torch.tensor([[4, 5, 2], [6, 2, 0]]), torch.tensor([3, 2])
+        >>> greedy = decode_batch(model, src, src_valid_lens)  # at most default_max_len(model, src_valid_lens) = 16
+        >>> decode_batch(model, src, src_valid_lens, "beam", beam_size=1) == greedy  # a beam of one is greedy
+        True
     """
     check_choice(decoding, "decoding", ("greedy", "beam"))
     src, src_valid_lens = _check_src(model, src, src_valid_lens)
@@ -332,6 +358,18 @@ def translate(model: Seq2SeqModel, sentences: Sequence[str], src_vocab, tgt_voca
 
     Returns:
         One translation per sentence (an empty or blank sentence gives ``""``).
+
+    Examples:
+        An untrained character-level model writes nonsense, but it is what greedy decoding gives:
+
+        >>> vocab = Vocab.build(["0123456789-"])
+        >>> model = Transformer(TransformerConfig(len(vocab), len(vocab), num_hiddens=8, ffn_num_hiddens=16,
+        ...                                       num_heads=2))
+        >>> out = translate(model, ["2026", " "], vocab, vocab, "char", max_len=10)
+        >>> src = torch.tensor([vocab.encode(list("2026")) + [vocab.eos]])  # x <eos>, (1, 5)
+        >>> ids = greedy_decode(model, src, torch.tensor([5]), max_len=10)[0]
+        >>> out == ["".join(vocab.decode(ids)), ""]  # a blank sentence gives ""
+        True
     """
     if isinstance(sentences, str):
         raise TypeError("sentences must be a list of str, got a single str (wrap it in a list)")

@@ -391,6 +391,14 @@ class DecoderLM(nn.Module):
         Returns:
             logits (B, T_new, V), equal to those rows of :meth:`forward` on the whole sequence, and the
             new state.
+
+        Examples:
+            >>> model = DecoderLM(DecoderLMConfig(vocab_size=20, num_hiddens=16, num_heads=4)).eval()
+            >>> tokens = torch.tensor([[1, 5, 7, 2]])
+            >>> _, state = model.step(tokens[:, :3])  # the prompt, in one call
+            >>> logits, state = model.step(tokens[:, 3:], state)  # then one token
+            >>> logits.shape, len(state), torch.allclose(logits[:, 0], model(tokens)[:, 3], atol=1e-5)
+            (torch.Size([1, 1, 20]), 4, True)
         """
         self._check_tokens(tokens, "tokens")
         if state is None:
@@ -441,6 +449,13 @@ class DecoderLM(nn.Module):
         Returns:
             (B, T + n) the prompts and their continuations, n <= ``max_new_tokens`` (smaller only when
             every sequence stopped at ``eos_id``).
+
+        Examples:
+            >>> model = DecoderLM(DecoderLMConfig(vocab_size=20, num_hiddens=16, num_heads=4)).eval()
+            >>> prompts = torch.tensor([[1, 5], [1, 6]])
+            >>> draw = lambda: model.generate(prompts, 5, top_k=5, generator=torch.Generator().manual_seed(0))
+            >>> draw().shape, torch.equal(draw(), draw())  # (B, T + 5); the same generator seed, the same text
+            (torch.Size([2, 7]), True)
         """
         self._check_tokens(tokens, "tokens")
         check_non_negative_int(max_new_tokens, "max_new_tokens")

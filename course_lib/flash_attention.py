@@ -73,6 +73,11 @@ class OnlineSoftmax(NamedTuple):
         maxima: (..., n_blocks), the running maximum :math:`m` after each block.
         denominators: (..., n_blocks), the running denominator :math:`\\ell` after each block, a sum of
             :math:`e^{x_j - m}` against that block's running maximum.
+
+    Examples:
+        >>> result = online_softmax(torch.zeros(2, 5), block=2)  # two rows of 5 scores, blocks of 2, 2 and 1
+        >>> result.weights.shape, result.lse.shape, result.maxima.shape, result.denominators[0]
+        (torch.Size([2, 5]), torch.Size([2]), torch.Size([2, 3]), tensor([2., 4., 5.]))
     """
 
     weights: torch.Tensor
@@ -225,6 +230,15 @@ class FlashIO(NamedTuple):
         tiles: tiles computed (not skipped); ``total_tiles``: all tiles of the grid.
         standard: the same count for standard attention (Dao et al. 2022, Algorithm 0), which writes the
             scores and the weights to main memory and reads them back.
+
+    Examples:
+        >>> io = flash_io(256, 256, d=64, block_q=64, block_k=64)  # a 4 x 4 grid of tiles
+        >>> io.k_reads == 4 * 256 * 64, io.o_writes == 256 * 64 + 256  # K once per query block; O and its lse
+        (True, True)
+        >>> io.total, io.standard
+        (164096, 327680)
+        >>> flash_io(256, 256, d=64, block_q=64, block_k=64, causal=True).tiles  # the tiles above the diagonal skipped
+        10
     """
 
     q_reads: int

@@ -35,6 +35,10 @@ def gaussian_kernel(u: torch.Tensor) -> torch.Tensor:
 
     Returns:
         Tensor shaped like ``u``, in :math:`(0, 1]`.
+
+    Examples:
+        >>> gaussian_kernel(torch.tensor([-2.0, -0.5, 0.0, 0.5, 2.0]))
+        tensor([0.1353, 0.8825, 1.0000, 0.8825, 0.1353])
     """
     check_floating(u, "u")
     return torch.exp(-u.pow(2) / 2)
@@ -48,6 +52,10 @@ def boxcar_kernel(u: torch.Tensor) -> torch.Tensor:
 
     Returns:
         Tensor shaped like ``u`` of zeros and ones.
+
+    Examples:
+        >>> boxcar_kernel(torch.tensor([-2.0, -1.0, 0.0, 0.5, 2.0]))
+        tensor([0., 1., 1., 1., 0.])
     """
     check_floating(u, "u")
     return (u.abs() <= 1).to(u.dtype)
@@ -61,6 +69,10 @@ def triangular_kernel(u: torch.Tensor) -> torch.Tensor:
 
     Returns:
         Tensor shaped like ``u``, in :math:`[0, 1]`.
+
+    Examples:
+        >>> triangular_kernel(torch.tensor([-2.0, -0.5, 0.0, 0.5, 2.0]))
+        tensor([0.0000, 0.5000, 1.0000, 0.5000, 0.0000])
     """
     check_floating(u, "u")
     return (1 - u.abs()).clamp_min(0)
@@ -74,6 +86,10 @@ def epanechnikov_kernel(u: torch.Tensor) -> torch.Tensor:
 
     Returns:
         Tensor shaped like ``u``, in :math:`[0, 3/4]`.
+
+    Examples:
+        >>> epanechnikov_kernel(torch.tensor([-2.0, -0.5, 0.0, 0.5, 2.0]))
+        tensor([0.0000, 0.5625, 0.7500, 0.5625, 0.0000])
     """
     check_floating(u, "u")
     return 0.75 * (1 - u.pow(2)).clamp_min(0)
@@ -92,7 +108,14 @@ COMPACT_KERNELS = frozenset({"boxcar", "triangular", "epanechnikov"})
 
 def get_kernel(kernel: str | Callable[[torch.Tensor], torch.Tensor]
                ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Look up a kernel by name (one of :data:`KERNELS`) or pass a callable through."""
+    """Look up a kernel by name (one of :data:`KERNELS`) or pass a callable through.
+
+    Examples:
+        >>> get_kernel("boxcar") is boxcar_kernel, sorted(KERNELS)
+        (True, ['boxcar', 'epanechnikov', 'gaussian', 'triangular'])
+        >>> get_kernel(torch.sigmoid)(torch.zeros(2))  # a callable is used as it is
+        tensor([0.5000, 0.5000])
+    """
     if callable(kernel):
         return kernel
     if not isinstance(kernel, str):

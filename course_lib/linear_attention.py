@@ -142,6 +142,16 @@ class LinearAttentionState(NamedTuple):
     Attributes:
         S: (..., d_phi, d_v), :math:`\sum_{j \le t} \phi(\mathbf k_j)\mathbf v_j^\top`.
         z: (..., d_phi), :math:`\sum_{j \le t} \phi(\mathbf k_j)`.
+
+    Examples:
+        >>> q, v = torch.randn(2, 5, 4), torch.randn(2, 5, 3)  # d = d_phi = 4 (elu + 1 features), d_v = 3
+        >>> state = None
+        >>> for t in range(5):
+        ...     out, state = linear_attention_step(q[:, t], q[:, t], v[:, t], state)
+        >>> state.S.shape, state.z.shape  # the same size after 5 steps as after 1
+        (torch.Size([2, 4, 3]), torch.Size([2, 4]))
+        >>> torch.allclose(out, linear_attention(q, q, v, causal=True)[:, -1], atol=1e-5)
+        True
     """
 
     S: torch.Tensor

@@ -183,6 +183,13 @@ class MaskMod:
         Returns:
             (n_queries, n_keys) when neither ``batch`` nor ``heads`` is given; otherwise
             (batch or 1, heads or 1, n_queries, n_keys), with 1 on the axes the rule ignores.
+
+        Examples:
+            >>> causal_mod().materialize(2, 3).int()  # the two queries sit at key positions 1 and 2
+            tensor([[1, 1, 0],
+                    [1, 1, 1]], dtype=torch.int32)
+            >>> (causal_mod() & padding_mod(torch.tensor([1, 3]))).materialize(2, 3, batch=2).shape
+            torch.Size([2, 1, 2, 3])
         """
         check_non_negative_int(n_queries, "n_queries")
         n_keys = n_queries if n_keys is None else check_non_negative_int(n_keys, "n_keys")
@@ -227,7 +234,14 @@ class MaskMod:
         return tiles(False).flatten(-2).any(-1), tiles(True).flatten(-2).all(-1)
 
     def flex(self, n_queries: int, n_keys: int) -> Callable[..., torch.Tensor]:
-        """The rule as a ``mask_mod`` for ``torch.nn.attention.flex_attention`` (queries indexed from 0)."""
+        """The rule as a ``mask_mod`` for ``torch.nn.attention.flex_attention`` (queries indexed from 0).
+
+        Examples:
+            >>> mask_mod = causal_mod().flex(2, 4)  # FlexAttention counts queries from 0 ...
+            >>> mask_mod(0, 0, torch.arange(2)[:, None], torch.arange(4)).int()  # ... query 0 is at key 2
+            tensor([[1, 1, 1, 0],
+                    [1, 1, 1, 1]], dtype=torch.int32)
+        """
         offset = check_non_negative_int(n_keys, "n_keys") - check_non_negative_int(n_queries, "n_queries")
         return lambda b, h, q_idx, kv_idx: self.rule(b, h, q_idx + offset, kv_idx)
 

@@ -49,6 +49,12 @@ def bleu(pred_seq: str, label_seq: str, k: int = 4) -> float:
 
     Returns:
         The score; 1.0 for a perfect match, 0.0 for an empty prediction.
+
+    Examples:
+        >>> bleu("ils sont là .", "ils sont là .")
+        1.0
+        >>> round(bleu("ils sont", "ils sont là ."), 4)  # every n-gram matches; the brevity penalty is exp(1 - 4/2)
+        0.3679
     """
     for name, value in (("pred_seq", pred_seq), ("label_seq", label_seq)):
         if not isinstance(value, str):
@@ -106,6 +112,14 @@ def corpus_bleu(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequen
 
     Returns:
         The score; 0.0 when some order has no match at all (no smoothing), and for an empty corpus.
+
+    Examples:
+        >>> hyps = [["the", "cat", "sat", "on", "the", "mat"], ["a", "dog", "ran", "home", "fast"]]
+        >>> refs = [[["the", "cat", "sat", "on", "the", "mat"]], [["a", "dog", "ran", "home"], ["the", "dog", "ran"]]]
+        >>> round(corpus_bleu(hyps, refs), 2)
+        86.28
+        >>> corpus_bleu([["the", "cat", "is", "on", "the", "mat"]], refs[:1])  # no 4-gram matches, no smoothing
+        0.0
     """
     _check_corpus(hypotheses, references)
     check_positive_int(max_n, "max_n")
@@ -138,6 +152,11 @@ def exact_match(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequen
 
     Returns:
         A number in [0, 1]; 0.0 for an empty corpus.
+
+    Examples:
+        >>> refs = [[["ils", "sont", "là"]], [["allez", "!"], ["vas-y", "!"]]]
+        >>> exact_match([["ils", "sont", "là"], ["va", "!"]], refs)
+        0.5
     """
     _check_corpus(hypotheses, references)
     if not hypotheses:
@@ -159,6 +178,13 @@ def detokenized_bleu(hypotheses: Sequence[str], references: Sequence[Sequence[st
 
     Returns:
         The score in [0, 100].
+
+    Examples:
+        >>> round(detokenized_bleu(["The cat sat on the mat."], [["The cat sat on the mat."]]), 2)
+        100.0
+        >>> refs = [["The cat sat on the mat.", "A cat is on the mat."]]  # two references for one sentence
+        >>> round(detokenized_bleu(["The cat is on the mat."], refs), 2)
+        88.01
     """
     import sacrebleu
 

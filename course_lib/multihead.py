@@ -76,7 +76,14 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: 2 x batch x num_kv_heads x T_past x d_h x bytes per element."""
+        """Bytes held: 2 x batch x num_kv_heads x T_past x d_h x bytes per element.
+
+        Examples:
+            >>> cache = KVCache()
+            >>> _ = cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+            >>> cache.nbytes  # 2 x 1 x 2 x 3 x 4 float32 numbers of 4 bytes
+            192
+        """
         return 0 if self.keys is None else self.keys.nbytes + self.values.nbytes
 
     def update(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,6 +94,13 @@ class KVCache:
 
         Returns:
             keys, values: (batch, num_kv_heads, T_past + T_new, d_h).
+
+        Examples:
+            >>> cache = KVCache()
+            >>> _ = cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))  # a prompt of 3 steps
+            >>> keys, values = cache.update(torch.ones(1, 2, 1, 4), torch.ones(1, 2, 1, 4))  # one new step
+            >>> keys.shape, len(cache)
+            (torch.Size([1, 2, 4, 4]), 4)
         """
         if self.keys is not None:
             if keys.shape[:2] != self.keys.shape[:2] or keys.shape[3] != self.keys.shape[3]:
@@ -108,6 +122,12 @@ class KVCache:
 
         Returns:
             ``self``, so that calls can be chained.
+
+        Examples:
+            >>> cache = KVCache()
+            >>> _ = cache.update(torch.arange(2.0).view(2, 1, 1, 1), torch.zeros(2, 1, 1, 1))  # batch of 2
+            >>> cache.reorder(torch.tensor([1, 1, 0])).keys.flatten()  # row 1 twice, then row 0
+            tensor([1., 1., 0.])
         """
         if self.keys is None:
             check_batch_index(index, None)
@@ -118,7 +138,16 @@ class KVCache:
 
     def copy(self) -> KVCache:
         """A new cache sharing this one's tensors: it can grow without changing this one (``update``
-        concatenates into new tensors, never in place)."""
+        concatenates into new tensors, never in place).
+
+        Examples:
+            >>> cache = KVCache()
+            >>> _ = cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+            >>> branch = cache.copy()
+            >>> _ = branch.update(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))
+            >>> len(cache), len(branch)
+            (3, 4)
+        """
         new = KVCache()
         new.keys, new.values = self.keys, self.values
         return new
@@ -197,6 +226,15 @@ class MultiHeadAttention(nn.Module):
 
         Returns:
             (batch, n_queries, num_hiddens)
+
+        Examples:
+            >>> mha = MultiHeadAttention(16, num_heads=4, num_kv_heads=2).eval()  # grouped-query attention
+            >>> x = torch.randn(2, 5, 16)
+            >>> y = mha(x, x, x, causal=True)  # self-attention, no look-ahead
+            >>> y.shape
+            torch.Size([2, 5, 16])
+            >>> torch.allclose(mha(x[:, :3], x[:, :3], x[:, :3], causal=True), y[:, :3], atol=1e-6)  # the past only
+            True
         """
         check_bool(causal, "causal")
         batch, n_q, n_k = check_heads_inputs(queries, keys, values, kv, num_hiddens=self.num_hiddens,
@@ -224,6 +262,15 @@ class MultiHeadAttention(nn.Module):
 
         Returns:
             (batch, num_kv_heads, n_keys, d_h) keys and values.
+
+        Examples:
+            >>> mha = MultiHeadAttention(16, num_heads=4).eval()
+            >>> memory, queries = torch.randn(2, 7, 16), torch.randn(2, 3, 16)
+            >>> kv = mha.project_kv(memory)  # once per source sentence
+            >>> kv[0].shape  # (batch, num_kv_heads, n_keys, d_h)
+            torch.Size([2, 4, 7, 4])
+            >>> torch.allclose(mha(queries, kv=kv), mha(queries, memory, memory), atol=1e-6)
+            True
         """
         values = keys if values is None else values
         check_qkv(keys, keys, values, layout="(batch, n_keys, num_hiddens)", ndim=3, size=self.num_hiddens,

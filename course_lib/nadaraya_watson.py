@@ -125,6 +125,16 @@ class NWKernelRegression(nn.Module):
 
     Args:
         init_w: starting value of :math:`w`.
+
+    Examples:
+        >>> x = torch.linspace(0, 5, 20)
+        >>> model = NWKernelRegression(init_w=2.0)
+        >>> with recording_attention(model):
+        ...     y_hat = model(torch.tensor([1.0, 2.5]), x, torch.sin(x))  # queries (2,), keys and values (20,)
+        >>> y_hat.shape, model.attention_weights.shape
+        (torch.Size([2]), torch.Size([2, 20]))
+        >>> torch.allclose(y_hat, nadaraya_watson(x, torch.sin(x), torch.tensor([1.0, 2.5]), bandwidth=0.5)[0])
+        True
     """
 
     def __init__(self, init_w: float = 1.0) -> None:
@@ -179,6 +189,13 @@ def leave_one_out(x: torch.Tensor) -> torch.Tensor:
 
     Returns:
         (n, n - 1); row i is ``x`` without ``x[i]``.
+
+    Examples:
+        >>> leave_one_out(torch.tensor([0.0, 1.0, 2.0, 3.0]))
+        tensor([[1., 2., 3.],
+                [0., 2., 3.],
+                [0., 1., 3.],
+                [0., 1., 2.]])
     """
     check_tensor(x, "x")
     check_ndim(x, "x", 1, "(n,)")
@@ -204,6 +221,12 @@ def fit_nw_kernel_regression(x_train: torch.Tensor, y_train: torch.Tensor, epoch
 
     Returns:
         The fitted model and the loss (half mean squared error) before each step.
+
+    Examples:
+        >>> x = torch.linspace(0, 5, 20)
+        >>> model, losses = fit_nw_kernel_regression(x, torch.sin(x), epochs=5)
+        >>> len(losses), losses[-1] < losses[0], model.w.item() > 1.0  # a narrower kernel fits better here
+        (5, True, True)
     """
     check_floating(x_train, "x_train")
     check_ndim(x_train, "x_train", 1, "(n,)")

@@ -41,6 +41,12 @@ def use_book_style() -> None:
 
     This changes matplotlib's global settings on purpose, for the session that calls it; the other
     functions of this module never do.
+
+    Examples:
+        >>> with plt.rc_context():  # only to put the settings back after the example
+        ...     use_book_style()
+        ...     plt.rcParams["figure.dpi"], plt.rcParams["xtick.labelsize"]
+        (80.0, 9.0)
     """
     plt.rcParams.update(BOOK_STYLE)
 
@@ -69,6 +75,16 @@ def show_heatmaps(matrices: torch.Tensor, xlabel: str = "Keys", ylabel: str = "Q
 
     Returns:
         The matplotlib figure.
+
+    Examples:
+        >>> weights = torch.full((1, 2, 3, 4), 0.25)  # one layer, two heads, 3 queries, 4 keys
+        >>> fig = show_heatmaps(weights, titles=["head 1", "head 2"])
+        >>> len(fig.axes)  # two panels and the shared colour bar
+        3
+        >>> fig = show_heatmaps(torch.eye(3), xticklabels=["je", "suis", "là"], yticklabels=["I", "am", "here"])
+        >>> [t.get_text() for t in fig.axes[0].get_xticklabels()]
+        ['je', 'suis', 'là']
+        >>> plt.close("all")
     """
     m = _to_numpy(matrices)
     if m.ndim == 2:
@@ -113,6 +129,12 @@ def plot_kernels(kernels: Mapping[str, Callable[[torch.Tensor], torch.Tensor]],
 
     Returns:
         The matplotlib figure.
+
+    Examples:
+        >>> fig = plot_kernels({"gaussian": gaussian_kernel, "boxcar": boxcar_kernel})
+        >>> [ax.get_title() for ax in fig.axes], fig.axes[0].get_ylabel()
+        (['gaussian', 'boxcar'], 'K(u)')
+        >>> plt.close(fig)
     """
     u = torch.linspace(*u_range, n_points)
     fig, axes = plt.subplots(1, len(kernels), figsize=(min(2.4 * len(kernels), COLUMN_WIDTH), 2.6),
@@ -134,6 +156,13 @@ def plot_regression(x_train, y_train, x_query, y_true=None,
 
     Returns:
         The matplotlib axes.
+
+    Examples:
+        >>> x = torch.linspace(0, 5, 20)
+        >>> ax = plot_regression(x, torch.sin(x), x, torch.sin(x), predictions={"mean": torch.zeros(20)})
+        >>> [t.get_text() for t in ax.get_legend().get_texts()]
+        ['training data', 'true f(x)', 'mean']
+        >>> plt.close(ax.figure)
     """
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 3.2))
@@ -156,6 +185,12 @@ def plot_curves(curves: Mapping[str, Sequence[float]], xlabel: str = "epoch",
 
     Returns:
         The matplotlib axes.
+
+    Examples:
+        >>> ax = plot_curves({"train": [2.0, 1.2, 0.9], "valid": [2.1, 1.5, 1.4]}, logy=True)
+        >>> len(ax.lines), ax.get_yscale(), [int(x) for x in ax.lines[0].get_xdata()]  # epochs count from 1
+        (2, 'log', [1, 2, 3])
+        >>> plt.close(ax.figure)
     """
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 3.2))

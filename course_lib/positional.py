@@ -35,6 +35,15 @@ def sinusoidal_table(max_len: int, num_hiddens: int, dtype: torch.dtype = torch.
     Returns:
         (max_len, num_hiddens) with ``P[t, 2i] = sin(t / 10000^(2i/d))`` and
         ``P[t, 2i+1] = cos(t / 10000^(2i/d))``.
+
+    Examples:
+        >>> sinusoidal_table(3, 4)  # columns: sin t, cos t, sin t/100, cos t/100
+        tensor([[ 0.0000,  1.0000,  0.0000,  1.0000],
+                [ 0.8415,  0.5403,  0.0100,  0.9999],
+                [ 0.9093, -0.4161,  0.0200,  0.9998]])
+        >>> P = sinusoidal_table(50, 16, dtype=torch.float64)
+        >>> torch.isclose(P[3] @ P[10], P[20] @ P[27]).item()  # <p_t, p_t+k> depends on k only
+        True
     """
     check_positive_int(max_len, "max_len")
     check_positive_int(num_hiddens, "num_hiddens")
@@ -75,6 +84,11 @@ class _PositionalBase(nn.Module):
 
         Returns:
             (batch, T, num_hiddens): ``dropout(X + P[:, offset:offset + T])``.
+
+        Examples:
+            >>> pe = PositionalEncoding(4)
+            >>> pe(torch.zeros(1, 1, 4), offset=1)  # one token at position 1 (decoding step by step)
+            tensor([[[0.8415, 0.5403, 0.0100, 0.9999]]])
         """
         check_floating(X, "X")
         check_ndim(X, "X", 3, "(batch, T, num_hiddens)")
@@ -129,6 +143,17 @@ class LearnedPositionalEmbedding(_PositionalBase):
         num_hiddens: d.
         dropout: dropout rate on the sum.
         max_len: the number of positions with a learned vector.
+
+    Examples:
+        >>> pos = LearnedPositionalEmbedding(8, max_len=16)
+        >>> pos.P.shape, num_parameters(pos)  # (1, max_len, num_hiddens)
+        (torch.Size([1, 16, 8]), 128)
+        >>> pos(torch.zeros(2, 5, 8)).shape
+        torch.Size([2, 5, 8])
+        >>> pos(torch.zeros(1, 17, 8))
+        Traceback (most recent call last):
+        ...
+        ValueError: positions up to 16 (offset 0 + 17 steps of X with shape (1, 17, 8)) exceed max_len = 16; ...
     """
 
     def __init__(self, num_hiddens: int, dropout: float = 0.0, max_len: int = 1000) -> None:

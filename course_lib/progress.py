@@ -26,6 +26,15 @@ def progress_mode() -> str:
 
     Raises:
         ValueError: if ``COURSE_PROGRESS`` holds another value.
+
+    Examples:
+        >>> from unittest import mock
+        >>> with mock.patch.dict(os.environ, {PROGRESS_ENV: " Line "}):
+        ...     progress_mode()
+        'line'
+        >>> with mock.patch.dict(os.environ, {PROGRESS_ENV: ""}):
+        ...     progress_mode()  # empty: the default
+        'bar'
     """
     mode = os.environ.get(PROGRESS_ENV, "bar").strip().lower() or "bar"
     if mode not in _MODES:
@@ -77,6 +86,17 @@ def progress(iterable: Iterable | None = None, *, total: int | None = None, desc
         A :class:`tqdm.tqdm` object: iterate over it, or call ``update``, ``set_postfix`` and ``close``
         (or use it as a context manager). In ``"line"`` mode it prints its final line once, on stderr,
         when closed (a ``for`` loop over it closes it at the end).
+
+    Examples:
+        In ``"line"`` mode (here on stdout, to show it), one line when the loop ends:
+
+        >>> from unittest import mock
+        >>> with mock.patch.dict(os.environ, {PROGRESS_ENV: "line"}):
+        ...     total = sum(progress(range(3), desc="epochs", file=sys.stdout))
+        epochs: 100%|██████████| 3/3 [00:00<...]
+        >>> with mock.patch.dict(os.environ, {PROGRESS_ENV: "line"}), progress(total=10, file=sys.stdout) as bar:
+        ...     bar.update(4)
+        40%|████      | 4/10 [00:00<...]
     """
     mode = progress_mode()
     disable = disable or mode == "off"

@@ -28,6 +28,12 @@ class AttentionModule(Protocol):
 
     ``attention_weights`` is (batch, n_queries, n_keys), or (batch, num_heads, n_queries, n_keys) for
     multi-head modules, detached.
+
+    Examples:
+        >>> isinstance(DotProductAttention(), AttentionModule), isinstance(nn.Linear(2, 2), AttentionModule)
+        (True, False)
+        >>> DotProductAttention().record_weights, DotProductAttention().attention_weights  # off until asked
+        (False, None)
     """
 
     record_weights: bool
@@ -35,7 +41,13 @@ class AttentionModule(Protocol):
 
 
 def attention_modules(model: nn.Module) -> list[nn.Module]:
-    """The attention modules inside ``model`` (itself included), in ``model.modules()`` order."""
+    """The attention modules inside ``model`` (itself included), in ``model.modules()`` order.
+
+    Examples:
+        >>> model = nn.Sequential(nn.Linear(8, 8), MultiHeadAttention(8, 2), DotProductAttention())
+        >>> [type(m).__name__ for m in attention_modules(model)]
+        ['MultiHeadAttention', 'DotProductAttention']
+    """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     return [m for m in model.modules() if isinstance(m, AttentionModule)]
@@ -83,6 +95,14 @@ def store_attention_weights(model: nn.Module, on: bool = True) -> int:
 
     Returns:
         The number of attention modules.
+
+    Examples:
+        >>> mha = MultiHeadAttention(8, 2)
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     n = store_attention_weights(mha)
+        >>> n, mha.record_weights, caught[0].category.__name__
+        (1, True, 'DeprecationWarning')
     """
     warnings.warn("store_attention_weights is deprecated; use `with course_lib.recording_attention(model):`",
                   DeprecationWarning, stacklevel=2)

@@ -61,6 +61,15 @@ class Seq2SeqRNNConfig:
         num_layers: L, stacked GRU layers in the encoder and in the decoder.
         dropout: dropout between GRU layers and on the attention weights.
         pad_id: id of ``<pad>`` (its embedding gets no gradient).
+
+    Examples:
+        >>> Seq2SeqRNNConfig(10, 12, embed_size=4, hidden_size=6)
+        Seq2SeqRNNConfig(src_vocab_size=10, tgt_vocab_size=12, embed_size=4, hidden_size=6, num_layers=2, dropout=0.1,
+                         pad_id=0)
+        >>> Seq2SeqRNNConfig(10, 12, dropout=1.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: dropout must be in [0, 1), got 1.5
     """
 
     src_vocab_size: int
@@ -87,6 +96,17 @@ class RNNDecoderState:
         enc_outputs: (B, S, H) encoder outputs, the attention's keys and values.
         src_mask: (B, 1, S) bool keep-mask of the real source positions (the attention's keys).
         context: (B, H) the encoder's last top-layer state, the fixed context of :class:`Seq2SeqRNN`.
+
+    Examples:
+        >>> model = BahdanauSeq2Seq(Seq2SeqRNNConfig(10, 12, embed_size=4, hidden_size=6, num_layers=2))
+        >>> src, src_valid_lens = torch.tensor([[4, 5, 2], [6, 2, 0]]), torch.tensor([3, 2])
+        >>> state = model.init_decoder_state(model.encode(src, src_valid_lens), src_valid_lens)
+        >>> state.hidden.shape, state.enc_outputs.shape, state.context.shape  # (L, B, H), (B, S, H), (B, H)
+        (torch.Size([2, 2, 6]), torch.Size([2, 3, 6]), torch.Size([2, 6]))
+        >>> state.src_mask  # (B, 1, S), True = a real source position
+        tensor([[[ True,  True,  True]],
+        <BLANKLINE>
+                [[ True,  True, False]]])
     """
 
     hidden: torch.Tensor
@@ -95,7 +115,15 @@ class RNNDecoderState:
     context: torch.Tensor
 
     def index_select(self, index: torch.Tensor) -> RNNDecoderState:
-        """Keep (and reorder) the batch rows in ``index`` (B',)."""
+        """Keep (and reorder) the batch rows in ``index`` (B',).
+
+        Examples:
+            >>> model = Seq2SeqRNN(Seq2SeqRNNConfig(10, 12, embed_size=4, hidden_size=6, num_layers=2))
+            >>> src, src_valid_lens = torch.tensor([[4, 5, 2], [6, 2, 0]]), torch.tensor([3, 2])
+            >>> state = model.init_decoder_state(model.encode(src, src_valid_lens), src_valid_lens)
+            >>> state.index_select(torch.tensor([1, 1, 0])).hidden.shape  # (L, B', H)
+            torch.Size([2, 3, 6])
+        """
         return RNNDecoderState(
             hidden=self.hidden.index_select(1, index),
             enc_outputs=self.enc_outputs.index_select(0, index),
@@ -115,6 +143,14 @@ class RNNEncoder(nn.Module):
 
     Args:
         config: the model's :class:`Seq2SeqRNNConfig`.
+
+    Examples:
+        >>> encoder = RNNEncoder(Seq2SeqRNNConfig(10, 12, embed_size=4, hidden_size=6, num_layers=2))
+        >>> outputs, hidden = encoder(torch.tensor([[4, 5, 2], [6, 2, 0]]), torch.tensor([3, 2]))
+        >>> outputs.shape, hidden.shape  # (B, S, H) and (L, B, H)
+        (torch.Size([2, 3, 6]), torch.Size([2, 2, 6]))
+        >>> bool(outputs[1, 2].eq(0).all())  # the padded position of the second source
+        True
     """
 
     def __init__(self, config: Seq2SeqRNNConfig) -> None:
@@ -150,6 +186,14 @@ class Seq2SeqDecoder(nn.Module):
 
     Args:
         config: the model's :class:`Seq2SeqRNNConfig`.
+
+    Examples:
+        >>> model = Seq2SeqRNN(Seq2SeqRNNConfig(10, 12, embed_size=4, hidden_size=6, num_layers=2))
+        >>> src, src_valid_lens = torch.tensor([[4, 5, 2], [6, 2, 0]]), torch.tensor([3, 2])
+        >>> state = model.init_decoder_state(model.encode(src, src_valid_lens), src_valid_lens)
+        >>> logits, state = model.decoder(torch.tensor([[1, 7, 8, 9], [1, 7, 0, 0]]), state)
+        >>> logits.shape  # (B, T, V)
+        torch.Size([2, 4, 12])
     """
 
     def __init__(self, config: Seq2SeqRNNConfig) -> None:
@@ -159,7 +203,11 @@ class Seq2SeqDecoder(nn.Module):
         self.dense = nn.Linear(config.hidden_size, config.tgt_vocab_size)
 
     def forward(self, tgt_in: torch.Tensor, state: RNNDecoderState) -> tuple[torch.Tensor, RNNDecoderState]:
-        """Run the decoder over ``tgt_in`` (B, T) in one call; returns logits (B, T, V) and the new state."""
+        """Run the decoder over ``tgt_in`` (B, T) in one call; returns logits (B, T, V) and the new state.
+
+        Examples:
+            See :class:`Seq2SeqDecoder`.
+        """
         emb = self.embedding(tgt_in)  # (B, T, E)
         context = state.context.unsqueeze(1).expand(-1, emb.shape[1], -1)  # (B, T, H)
         x = torch.cat([emb, context.to(emb.dtype)], dim=-1)  # (B, T, E + H)
@@ -178,6 +226,15 @@ class BahdanauDecoder(nn.Module):
 
     Args:
         config: the model's :class:`Seq2SeqRNNConfig`.
+
+    Examples:
+        >>> model = BahdanauSeq2Seq(Seq2SeqRNNConfig(10, 12, embed_size=4, hidden_size=6, num_layers=2))
+        >>> src, src_valid_lens = torch.tensor([[4, 5, 2], [6, 2, 0]]), torch.tensor([3, 2])
+        >>> state = model.init_decoder_state(model.encode(src, src_valid_lens), src_valid_lens)
+        >>> with recording_attention(model):
+        ...     logits, state = model.decoder(torch.tensor([[1, 7, 8, 9], [1, 7, 0, 0]]), state)
+        >>> logits.shape, len(model.decoder.step_weights), model.decoder.step_weights[0].shape
+        (torch.Size([2, 4, 12]), 4, torch.Size([2, 1, 3]))
     """
 
     def __init__(self, config: Seq2SeqRNNConfig) -> None:
@@ -194,6 +251,14 @@ class BahdanauDecoder(nn.Module):
 
         Returns:
             logits (B, V) and the new state.
+
+        Examples:
+            >>> model = BahdanauSeq2Seq(Seq2SeqRNNConfig(10, 12, embed_size=4, hidden_size=6, num_layers=2))
+            >>> src, src_valid_lens = torch.tensor([[4, 5, 2], [6, 2, 0]]), torch.tensor([3, 2])
+            >>> state = model.init_decoder_state(model.encode(src, src_valid_lens), src_valid_lens)
+            >>> logits, state = model.decoder.step(torch.zeros(2, 4), state)  # emb: (B, E)
+            >>> logits.shape  # (B, V)
+            torch.Size([2, 12])
         """
         query = state.hidden[-1].unsqueeze(1)  # (B, 1, H)
         keys = state.enc_outputs.to(query.dtype)
@@ -205,7 +270,11 @@ class BahdanauDecoder(nn.Module):
         return self.dense(output.squeeze(1)), dataclasses.replace(state, hidden=hidden)
 
     def forward(self, tgt_in: torch.Tensor, state: RNNDecoderState) -> tuple[torch.Tensor, RNNDecoderState]:
-        """Teacher forcing over ``tgt_in`` (B, T); returns logits (B, T, V) and the final state."""
+        """Teacher forcing over ``tgt_in`` (B, T); returns logits (B, T, V) and the final state.
+
+        Examples:
+            See :class:`BahdanauDecoder`.
+        """
         emb = self.embedding(tgt_in)  # (B, T, E)
         logits = []
         # The attention query depends on the previous hidden state, so the steps are sequential.
@@ -215,7 +284,11 @@ class BahdanauDecoder(nn.Module):
         return torch.stack(logits, dim=1), state  # (B, T, V)
 
     def stacked_attention_weights(self) -> torch.Tensor | None:
-        """The weights of the steps since the last reset, (B, T, S); ``None`` before any step."""
+        """The weights of the steps since the last reset, (B, T, S); ``None`` before any step.
+
+        Examples:
+            See :class:`BahdanauSeq2Seq`.
+        """
         return torch.cat(self.step_weights, dim=1) if self.step_weights else None
 
 
@@ -241,6 +314,12 @@ class _RNNSeq2SeqBase(nn.Module):
 
         Returns:
             (B, T, V) logits; row ``t`` predicts ``y_{t+1}`` (``<eos>`` after the last token).
+
+        Examples:
+            >>> model = Seq2SeqRNN(Seq2SeqRNNConfig(10, 12, embed_size=4, hidden_size=6, num_layers=2))
+            >>> src, src_valid_lens = torch.tensor([[4, 5, 2], [6, 2, 0]]), torch.tensor([3, 2])
+            >>> model(src, src_valid_lens, torch.tensor([[1, 7, 8, 9], [1, 7, 0, 0]])).shape  # (B, T, V)
+            torch.Size([2, 4, 12])
         """
         check_tokens(tgt_in, "tgt_in", "(batch, T)", self.config.tgt_vocab_size)
         if isinstance(src, torch.Tensor) and src.dim() == 2 and tgt_in.shape[0] != src.shape[0]:
@@ -254,12 +333,23 @@ class _RNNSeq2SeqBase(nn.Module):
         return logits
 
     def encode(self, src: torch.Tensor, src_valid_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Encode the source; returns the opaque memory ``(outputs (B, S, H), hidden (L, B, H))``."""
+        """Encode the source; returns the opaque memory ``(outputs (B, S, H), hidden (L, B, H))``.
+
+        Examples:
+            >>> model = Seq2SeqRNN(Seq2SeqRNNConfig(10, 12, embed_size=4, hidden_size=6, num_layers=2))
+            >>> outputs, hidden = model.encode(torch.tensor([[4, 5, 2], [6, 2, 0]]), torch.tensor([3, 2]))
+            >>> outputs.shape, hidden.shape
+            (torch.Size([2, 3, 6]), torch.Size([2, 2, 6]))
+        """
         return self.encoder(src, self._src_lens(src, src_valid_lens))
 
     def init_decoder_state(self, memory: tuple[torch.Tensor, torch.Tensor],
                            src_valid_lens: torch.Tensor) -> RNNDecoderState:
-        """The decoder state before the first step (also resets the kept attention weights)."""
+        """The decoder state before the first step (also resets the kept attention weights).
+
+        Examples:
+            See :class:`RNNDecoderState`.
+        """
         outputs = memory[0]
         lens = as_lengths(src_valid_lens, "src_valid_lens", max_len=outputs.shape[1], shape=(outputs.shape[0],),
                           what=f"encoder outputs of shape {tuple(outputs.shape)}")
@@ -287,6 +377,17 @@ class _RNNSeq2SeqBase(nn.Module):
 
         Returns:
             logits (B, V) and the new state (the old one is left unchanged).
+
+        Examples:
+            >>> model = Seq2SeqRNN(Seq2SeqRNNConfig(10, 12, embed_size=4, hidden_size=6, num_layers=2)).eval()
+            >>> src, src_valid_lens = torch.tensor([[4, 5, 2], [6, 2, 0]]), torch.tensor([3, 2])
+            >>> state = model.init_decoder_state(model.encode(src, src_valid_lens), src_valid_lens)
+            >>> logits, state = model.decode_step(torch.tensor([[1], [1]]), state)
+            >>> logits.shape  # (B, V)
+            torch.Size([2, 12])
+            >>> tgt_in = torch.tensor([[1, 7], [1, 7]])  # the same first step as teacher forcing
+            >>> torch.allclose(logits, model(src, src_valid_lens, tgt_in)[:, 0], atol=1e-6)
+            True
         """
         check_tokens(tokens, "tokens", "(batch, 1)", self.config.tgt_vocab_size)
         if tokens.shape != (state.hidden.shape[1], 1):
@@ -298,7 +399,16 @@ class _RNNSeq2SeqBase(nn.Module):
         return logits[:, -1], state
 
     def reorder_state(self, state: RNNDecoderState, index: torch.Tensor) -> RNNDecoderState:
-        """Select / reorder / repeat the batch rows of ``state``: row ``i`` becomes old row ``index[i]``."""
+        """Select / reorder / repeat the batch rows of ``state``: row ``i`` becomes old row ``index[i]``.
+
+        Examples:
+            >>> model = Seq2SeqRNN(Seq2SeqRNNConfig(10, 12, embed_size=4, hidden_size=6, num_layers=2))
+            >>> src, src_valid_lens = torch.tensor([[4, 5, 2], [6, 2, 0]]), torch.tensor([3, 2])
+            >>> state = model.init_decoder_state(model.encode(src, src_valid_lens), src_valid_lens)
+            >>> beams = model.reorder_state(state, torch.tensor([0, 0, 1, 1]))  # two beams per sentence
+            >>> beams.enc_outputs.shape, torch.equal(beams.hidden[:, 1], state.hidden[:, 0])
+            (torch.Size([4, 3, 6]), True)
+        """
         return state.index_select(check_batch_index(index, state.hidden.shape[1], state.hidden.device))
 
 
@@ -307,6 +417,14 @@ class Seq2SeqRNN(_RNNSeq2SeqBase):
 
     Args:
         config: a :class:`Seq2SeqRNNConfig`.
+
+    Examples:
+        >>> model = Seq2SeqRNN(Seq2SeqRNNConfig(10, 12, embed_size=4, hidden_size=6, num_layers=2))
+        >>> src, src_valid_lens = torch.tensor([[4, 5, 2], [6, 2, 0]]), torch.tensor([3, 2])
+        >>> model(src, src_valid_lens, torch.tensor([[1, 7, 8, 9], [1, 7, 0, 0]])).shape  # (B, T, V)
+        torch.Size([2, 4, 12])
+        >>> isinstance(model, Seq2SeqModel)  # so train_seq2seq and the decoders accept it
+        True
     """
 
     def __init__(self, config: Seq2SeqRNNConfig) -> None:
@@ -324,6 +442,17 @@ class BahdanauSeq2Seq(_RNNSeq2SeqBase):
 
     Args:
         config: a :class:`Seq2SeqRNNConfig`.
+
+    Examples:
+        >>> model = BahdanauSeq2Seq(Seq2SeqRNNConfig(10, 12, embed_size=4, hidden_size=6, num_layers=2))
+        >>> src, src_valid_lens = torch.tensor([[4, 5, 2], [6, 2, 0]]), torch.tensor([3, 2])
+        >>> with recording_attention(model):
+        ...     logits = model(src, src_valid_lens, torch.tensor([[1, 7, 8, 9], [1, 7, 0, 0]]))
+        >>> weights = model.decoder.stacked_attention_weights()
+        >>> logits.shape, weights.shape  # (B, T, V) and (B, T, S)
+        (torch.Size([2, 4, 12]), torch.Size([2, 4, 3]))
+        >>> weights[1, :, 2]  # the second source's padding gets no weight
+        tensor([0., 0., 0., 0.])
     """
 
     def __init__(self, config: Seq2SeqRNNConfig) -> None:

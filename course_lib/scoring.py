@@ -54,6 +54,12 @@ def dot_product_scores(queries: torch.Tensor, keys: torch.Tensor, scaled: bool =
 
     Returns:
         (batch, n_queries, n_keys)
+
+    Examples:
+        >>> q = torch.tensor([[[1.0, 0.0]]])  # (1, 1, 2)
+        >>> k = torch.tensor([[[2.0, 0.0], [0.0, 3.0], [-1.0, -1.0]]])  # (1, 3, 2)
+        >>> dot_product_scores(q, k, scaled=False), dot_product_scores(q, k)  # the second divided by sqrt(2)
+        (tensor([[[ 2.,  0., -1.]]]), tensor([[[ 1.4142,  0.0000, -0.7071]]]))
     """
     check_qkv(queries, keys, None, layout=_LAYOUT, ndim=3)
     scores = queries @ keys.transpose(-2, -1)
@@ -69,8 +75,14 @@ def additive_scores(queries: torch.Tensor, keys: torch.Tensor, W_q: torch.Tensor
         keys: (batch, n_keys, d_k)
         W_q: (h_a, d_q);  W_k: (h_a, d_k);  w_v: (h_a,), with h_a the hidden size
 
-    Returns:
-        (batch, n_queries, n_keys)
+    Examples:
+        >>> q = torch.tensor([[[1.0, 0.0]]])  # (1, 1, 2)
+        >>> k = torch.tensor([[[2.0, 0.0], [0.0, 3.0], [-1.0, -1.0]]])  # (1, 3, 2)
+        >>> additive_scores(q, k, torch.eye(2), torch.eye(2), torch.ones(2))  # tanh(q + k) summed
+        tensor([[[ 0.9951,  1.7566, -0.7616]]])
+        >>> additive_scores(torch.ones(2, 3, 4), torch.ones(2, 5, 6), torch.ones(8, 4), torch.ones(8, 6),
+        ...                 torch.ones(8)).shape  # d_q = 4 and d_k = 6 may differ
+        torch.Size([2, 3, 5])
     """
     check_qkv(queries, keys, None, layout=_LAYOUT, ndim=3, same_size=False)
     for name, t in (("W_q", W_q), ("W_k", W_k), ("w_v", w_v)):
@@ -101,6 +113,14 @@ def bilinear_scores(queries: torch.Tensor, keys: torch.Tensor, W: torch.Tensor) 
 
     Returns:
         (batch, n_queries, n_keys)
+
+    Examples:
+        >>> q = torch.tensor([[[1.0, 0.0]]])  # (1, 1, 2)
+        >>> k = torch.tensor([[[2.0, 0.0], [0.0, 3.0], [-1.0, -1.0]]])  # (1, 3, 2)
+        >>> bilinear_scores(q, k, 2 * torch.eye(2))  # W = 2 I: twice the dot product
+        tensor([[[ 4.,  0., -2.]]])
+        >>> bilinear_scores(torch.ones(2, 3, 4), torch.ones(2, 5, 6), torch.ones(4, 6)).shape
+        torch.Size([2, 3, 5])
     """
     check_qkv(queries, keys, None, layout=_LAYOUT, ndim=3, same_size=False)
     check_floating(W, "W")
@@ -126,6 +146,12 @@ def cosine_scores(queries: torch.Tensor, keys: torch.Tensor, temperature: float 
 
     Returns:
         (batch, n_queries, n_keys)
+
+    Examples:
+        >>> q = torch.tensor([[[1.0, 0.0]]])  # (1, 1, 2)
+        >>> k = torch.tensor([[[2.0, 0.0], [0.0, 3.0], [-1.0, -1.0]]])  # (1, 3, 2)
+        >>> cosine_scores(q, k), cosine_scores(q, k, temperature=0.5)[..., 0]  # the norms do not count
+        (tensor([[[ 1.0000,  0.0000, -0.7071]]]), tensor([[2.]]))
     """
     check_qkv(queries, keys, None, layout=_LAYOUT, ndim=3)
     check_positive(temperature, "temperature")
@@ -147,6 +173,19 @@ class _ScoredAttention(nn.Module):
         self.attention_weights: torch.Tensor | None = None
 
     def score(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """The scores :math:`a(\\mathbf q, \\mathbf k_i)` before the softmax (each subclass has its own).
+
+        Args:
+            queries: (batch, n_queries, d_q)
+            keys: (batch, n_keys, d_k)
+
+        Returns:
+            (batch, n_queries, n_keys)
+
+        Examples:
+            >>> DotProductAttention(scaled=False).score(torch.ones(2, 3, 4), torch.ones(2, 5, 4))[0, 0]
+            tensor([4., 4., 4., 4., 4.])
+        """
         raise NotImplementedError
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
@@ -209,6 +248,15 @@ class AdditiveAttention(_ScoredAttention):
             the model width d).
         dropout: dropout rate on the attention weights.
         query_size, key_size: d_q and d_k, when known up front.
+
+    Examples:
+        >>> attention = AdditiveAttention(8, query_size=4, key_size=6)
+        >>> queries, keys, values = torch.ones(2, 3, 4), torch.ones(2, 5, 6), torch.ones(2, 5, 7)
+        >>> keep = padding_mask(torch.tensor([2, 5]), 5)  # (2, 1, 5): the first sequence has 2 keys
+        >>> with recording_attention(attention):
+        ...     out = attention(queries, keys, values, keep)
+        >>> out.shape, attention.attention_weights[0, 0]  # (batch, n_queries, d_v); equal keys, equal weights
+        (torch.Size([2, 3, 7]), tensor([0.5000, 0.5000, 0.0000, 0.0000, 0.0000]))
     """
 
     _same_size = False
@@ -246,6 +294,13 @@ class BilinearAttention(_ScoredAttention):
         key_size: d_k (defaults to d_q).
         dropout: dropout rate on the attention weights.
         scaled: divide the scores by :math:`\sqrt{d_k}` as in scaled dot product.
+
+    Examples:
+        >>> attention = BilinearAttention(4, key_size=6)
+        >>> attention.W.shape  # (d_q, d_k)
+        torch.Size([4, 6])
+        >>> attention(torch.ones(2, 3, 4), torch.ones(2, 5, 6), torch.ones(2, 5, 7)).shape
+        torch.Size([2, 3, 7])
     """
 
     _same_size = False
@@ -270,6 +325,14 @@ class CosineAttention(_ScoredAttention):
     Args:
         temperature: :math:`\tau > 0`.
         dropout: dropout rate on the attention weights.
+
+    Examples:
+        >>> attention = CosineAttention(temperature=0.1)
+        >>> keys = torch.tensor([[[30.0, 0.0], [0.0, 0.1]]])  # very different norms
+        >>> with recording_attention(attention):
+        ...     out = attention(torch.tensor([[[1.0, 0.0]]]), keys, torch.tensor([[[1.0], [0.0]]]))
+        >>> attention.attention_weights  # softmax of (1, 0) / 0.1: the direction counts, not the norm
+        tensor([[[9.9995e-01, 4.5398e-05]]])
     """
 
     def __init__(self, temperature: float = 0.1, dropout: float = 0.0) -> None:

@@ -110,6 +110,15 @@ class SlidingWindowCache(KVCache):
 
         Returns:
             keys, values: (batch, num_kv_heads, min(T_past, window - 1) + T_new, d_h).
+
+        Examples:
+            >>> cache = SlidingWindowCache(3)
+            >>> keys, _ = cache.update(torch.zeros(1, 1, 5, 2), torch.zeros(1, 1, 5, 2))  # a prompt of 5 steps
+            >>> keys.shape[2], len(cache)  # all 5 returned, the last W - 1 = 2 kept
+            (5, 2)
+            >>> keys, _ = cache.update(torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, 2))  # one new step
+            >>> keys.shape[2], len(cache)
+            (3, 2)
         """
         keys, values = super().update(keys, values)
         keep = self.window - 1

@@ -66,6 +66,12 @@ def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, tgt_valid_
     Returns:
         Scalar: the sum of the token losses over the valid positions divided by their number
         (0 when there is none).
+
+    Examples:
+        >>> logits = torch.zeros(2, 3, 5)  # uniform over V = 5 tokens: every token costs log 5
+        >>> targets = torch.tensor([[1, 2, 0], [3, 0, 0]])
+        >>> masked_cross_entropy(logits, targets, torch.tensor([3, 1]))  # 4 real tokens, the padding ignored
+        tensor(1.6094)
     """
     check_floating(logits, "logits")
     check_ndim(logits, "logits", 3, "(batch, T, vocab)")
@@ -105,6 +111,10 @@ def warmup_lr(step: int, d_model: int, warmup: int) -> float:
 
     Returns:
         The learning rate at step ``step``.
+
+    Examples:
+        >>> [round(warmup_lr(step, d_model=512, warmup=4000), 6) for step in (1, 4000, 16000)]  # up, peak, halved
+        [0.0, 0.000699, 0.000349]
     """
     check_positive_int(step, "step")
     check_positive_int(d_model, "d_model")
@@ -129,6 +139,11 @@ class TrainHistory:
         stopped_by: ``"epochs"`` or ``"time"``.
         device: where it trained; ``amp``: the autocast dtype (``"off"`` when not used).
         world_size: the number of data-parallel processes (1 without ``torch.distributed``).
+
+    Examples:
+        >>> history = TrainHistory(steps=2, train_loss=[2.5, 2.1], tokens=300, seconds=1.5)
+        >>> history.tokens_per_second, history.valid_loss
+        (200.0, [])
     """
 
     steps: int = 0
@@ -200,6 +215,16 @@ def train_seq2seq(model: Seq2SeqModel, data, *, minutes: float | None = None, ep
 
     Returns:
         A :class:`TrainHistory`. The model is left in eval mode on ``device``.
+
+    Examples:
+        Two epochs of a tiny model on 16 training pairs, two steps each:
+
+        >>> data = load_dates(n_examples=20, locales=("en_US",), years=(2000, 2009), seed=0)
+        >>> model = Transformer(TransformerConfig(len(data.src_vocab), len(data.tgt_vocab), num_hiddens=8,
+        ...                                       ffn_num_hiddens=16, num_heads=2))
+        >>> history = train_seq2seq(model, data, epochs=2, batch_size=8, device="cpu", progress=False)
+        >>> history.steps, history.epochs, history.stopped_by, history.valid_steps, len(history.train_loss)
+        (4, 2, 'epochs', [2, 4], 4)
     """
     label_smoothing = _check_training_arguments(
         model, data, minutes=minutes, epochs=epochs, lr=lr, batch_size=batch_size, warmup_steps=warmup_steps,
@@ -458,6 +483,14 @@ def evaluate_loss(model: Seq2SeqModel, data, split: str = "valid", batch_size: i
 
     Returns:
         The mean token loss (``nan`` for an empty split).
+
+    Examples:
+        >>> data = load_dates(n_examples=20, locales=("en_US",), years=(2000, 2009), seed=0)
+        >>> model = Transformer(TransformerConfig(len(data.src_vocab), len(data.tgt_vocab), num_hiddens=8,
+        ...                                       ffn_num_hiddens=16, num_heads=2))
+        >>> loss = evaluate_loss(model, data, "valid")
+        >>> isinstance(loss, float), loss > 0
+        (True, True)
     """
     _check_split(split)
     device = torch.device(device) if device is not None else model_device(model)
@@ -500,6 +533,15 @@ def predict_split(model: Seq2SeqModel, data, split: str = "test", decoding: Lite
 
     Returns:
         One ``(source tokens, predicted tokens, every reference's tokens)`` triple per source.
+
+    Examples:
+        >>> data = load_dates(n_examples=20, locales=("en_US",), years=(2000, 2009), seed=0)
+        >>> model = Transformer(TransformerConfig(len(data.src_vocab), len(data.tgt_vocab), num_hiddens=8,
+        ...                                       ffn_num_hiddens=16, num_heads=2))
+        >>> triples = predict_split(model, data, "test", limit=1)
+        >>> source, predicted, references = triples[0]
+        >>> data.to_text(source, "src"), [data.to_text(r) for r in references]  # an untrained model's guess aside
+        ('Dec 21, 2005', ['2005-12-21'])
     """
     _check_split(split)
     check_choice(decoding, "decoding", ("greedy", "beam"))
@@ -536,6 +578,14 @@ def evaluate(model: Seq2SeqModel, data, split: str = "test", decoding: Literal["
         ``{"exact_match": in [0, 1], "bleu": in [0, 100], "n": number of sources, "n_unk": predictions
         containing <unk>}``. For subword data (``data.tokenizer == "subword"``) the BLEU is
         :func:`course_lib.metrics.detokenized_bleu` of the detokenised text (sacrebleu's defaults).
+
+    Examples:
+        >>> data = load_dates(n_examples=20, locales=("en_US",), years=(2000, 2009), seed=0)
+        >>> model = Transformer(TransformerConfig(len(data.src_vocab), len(data.tgt_vocab), num_hiddens=8,
+        ...                                       ffn_num_hiddens=16, num_heads=2))
+        >>> scores = evaluate(model, data, "test")
+        >>> sorted(scores), scores["n"]  # the test split's two sources
+        (['bleu', 'exact_match', 'n', 'n_unk'], 2)
     """
     triples = predict_split(model, data, split, decoding, max_len, beam_size, batch_size, limit)
     hyps: Sequence[list[str]] = [pred for _, pred, _ in triples]

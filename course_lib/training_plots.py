@@ -22,6 +22,13 @@ def plot_history(history, smooth: int = 20, figsize: tuple[float, float] = (6.0,
 
     Returns:
         The matplotlib figure.
+
+    Examples:
+        >>> history = TrainHistory(steps=3, train_loss=[3.0, 2.5, 2.0], valid_steps=[3], valid_loss=[2.2])
+        >>> fig = plot_history(history, smooth=2)
+        >>> len(fig.axes), [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        (1, ['train (step)', 'train (2-step mean)', 'valid'])
+        >>> plt.close(fig)
     """
     if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
         raise ValueError(f"smooth must be a positive int, got {smooth!r}")

@@ -73,6 +73,12 @@ class PositionWiseFFN(nn.Module):
         num_hiddens: d, the size of inputs and outputs.
         ffn_num_hiddens: size of the hidden layer (4d in the paper).
         dropout: dropout rate on the hidden activations (training mode only).
+
+    Examples:
+        >>> ffn = PositionWiseFFN(8, 32)
+        >>> X = torch.randn(2, 3, 8)
+        >>> ffn(X).shape, torch.allclose(ffn(X)[:, 1], ffn(X[:, 1]))  # every position on its own
+        (torch.Size([2, 3, 8]), True)
     """
 
     def __init__(self, num_hiddens: int, ffn_num_hiddens: int, dropout: float = 0.0) -> None:
@@ -112,6 +118,13 @@ class AddNorm(nn.Module):
         num_hiddens: d, the normalised (last) axis.
         dropout: dropout rate on the sublayer output ``Y`` (training mode only).
         norm_first: pre-norm instead of post-norm.
+
+    Examples:
+        >>> X = torch.tensor([[0.0, 1.0, 2.0, 3.0]])
+        >>> AddNorm(4)(X, torch.zeros(1, 4)).detach()  # post-norm: LayerNorm(X + Y), zero mean, unit variance
+        tensor([[-1.3416, -0.4472,  0.4472,  1.3416]])
+        >>> AddNorm(4, norm_first=True)(X, torch.ones(1, 4))  # pre-norm: X + Y
+        tensor([[1., 2., 3., 4.]])
     """
 
     def __init__(self, num_hiddens: int, dropout: float = 0.0, norm_first: bool = False) -> None:
@@ -161,6 +174,11 @@ class TransformerEncoderBlock(nn.Module):
         dropout: dropout on the attention weights, the sublayer outputs and the FFN's hidden layer.
         norm_first: pre-norm instead of post-norm.
         bias: give the attention projections a bias (``torch.nn.MultiheadAttention`` has one).
+
+    Examples:
+        >>> block = TransformerEncoderBlock(num_hiddens=8, ffn_num_hiddens=16, num_heads=2)
+        >>> block(torch.randn(2, 5, 8), padding_mask(torch.tensor([5, 3]), 5)).shape  # (B, S, d)
+        torch.Size([2, 5, 8])
     """
 
     def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float = 0.0,
@@ -275,6 +293,11 @@ class TransformerEncoder(_Stack):
         norm_first: pre-norm blocks and a final layer norm (``self.norm``; identity for post-norm).
         positional: ``"sinusoidal"`` (fixed) or ``"learned"``.
         pad_id: id of ``<pad>``.
+
+    Examples:
+        >>> encoder = TransformerEncoder(10, num_hiddens=8, ffn_num_hiddens=16, num_heads=2, num_layers=2)
+        >>> encoder(torch.tensor([[4, 5, 2], [6, 2, 0]]), torch.tensor([3, 2])).shape  # (B, S, d)
+        torch.Size([2, 3, 8])
     """
 
     block_class = TransformerEncoderBlock
@@ -306,6 +329,13 @@ class TransformerDecoderBlock(nn.Module):
     """Masked self-attention, cross-attention to the encoder, then the FFN, each inside an :class:`AddNorm`.
 
     Args: as :class:`TransformerEncoderBlock` (the two attentions get the same sizes).
+
+    Examples:
+        >>> block = TransformerDecoderBlock(num_hiddens=8, ffn_num_hiddens=16, num_heads=2).eval()
+        >>> X, memory = torch.randn(2, 4, 8), torch.randn(2, 5, 8)
+        >>> Y = block(X, memory)
+        >>> Y.shape, torch.allclose(block(X[:, :2], memory), Y[:, :2], atol=1e-6)  # no look-ahead
+        (torch.Size([2, 4, 8]), True)
     """
 
     def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float = 0.0,
@@ -380,6 +410,16 @@ class TransformerDecoderState:
             (B, h, S, d_h), projected once from the encoder output.
         memory_mask: (B, 1, S) bool, ``True`` at real source positions.
         offset: t, the number of tokens fed so far (the position of the next one).
+
+    Examples:
+        >>> model = Transformer(TransformerConfig(10, 12, num_hiddens=8, ffn_num_hiddens=16, num_heads=2))
+        >>> src, src_valid_lens = torch.tensor([[4, 5, 2], [6, 2, 0]]), torch.tensor([3, 2])
+        >>> state = model.init_decoder_state(model.encode(src, src_valid_lens), src_valid_lens)
+        >>> _, state = model.decode_step(torch.tensor([[1], [1]]), state)
+        >>> state.offset, len(state.self_caches), state.self_caches[0].keys.shape  # (B, h, t, d_h)
+        (1, 2, torch.Size([2, 2, 1, 4]))
+        >>> state.memory_kv[0][0].shape, state.memory_mask.shape  # (B, h, S, d_h), (B, 1, S)
+        (torch.Size([2, 2, 3, 4]), torch.Size([2, 1, 3]))
     """
 
     self_caches: list[KVCache]
@@ -413,6 +453,12 @@ class TransformerDecoder(_Stack):
         norm_first: pre-norm blocks and a final layer norm (``self.norm``; identity for post-norm).
         positional: ``"sinusoidal"`` or ``"learned"``.
         pad_id: id of ``<pad>``.
+
+    Examples:
+        >>> decoder = TransformerDecoder(12, num_hiddens=8, ffn_num_hiddens=16, num_heads=2, num_layers=2)
+        >>> memory = torch.randn(2, 3, 8)  # (B, S, d), from an encoder
+        >>> decoder(torch.tensor([[1, 7, 8, 9], [1, 7, 0, 0]]), memory, torch.tensor([3, 2])).shape  # (B, T, V)
+        torch.Size([2, 4, 12])
     """
 
     block_class = TransformerDecoderBlock
@@ -502,6 +548,15 @@ class TransformerConfig:
     Raises:
         ValueError: a size is not positive, ``num_hiddens % num_heads != 0``, ``dropout`` is not in
             [0, 1), ``positional`` is unknown, or ``pad_id`` is not an id of both vocabularies.
+
+    Examples:
+        >>> config = TransformerConfig(10, 12, num_hiddens=8, ffn_num_hiddens=16, num_heads=2)
+        >>> config.num_enc_layers, config.dropout, config.max_len
+        (2, 0.1, 256)
+        >>> TransformerConfig(10, 12, num_hiddens=10, num_heads=4)
+        Traceback (most recent call last):
+        ...
+        ValueError: num_hiddens (10) must be divisible by num_heads (4): each head gets num_hiddens / num_heads features
     """
 
     src_vocab_size: int
@@ -538,8 +593,8 @@ class Transformer(nn.Module):
 
     ``forward`` (teacher forcing), ``encode``, ``init_decoder_state``, ``decode_step`` (one token per
     call, with a key/value cache per decoder block; the cross-attention keys and values are projected
-    once in ``init_decoder_state``) and ``reorder_state`` (beam search). With
-    :func:`course_lib.multihead.store_attention_weights` on, the weights are kept in
+    once in ``init_decoder_state``) and ``reorder_state`` (beam search). Inside
+    ``with course_lib.recording_attention(model):``, the weights are kept in
     ``encoder.blocks[i].attention``, ``decoder.blocks[i].self_attention`` and
     ``decoder.blocks[i].cross_attention`` (``.attention_weights``, (B, h, n_queries, n_keys)).
 
@@ -619,6 +674,16 @@ class Transformer(nn.Module):
 
         Returns:
             logits (B, V), equal to the last row of ``forward`` on the whole prefix, and the new state.
+
+        Examples:
+            >>> model = Transformer(TransformerConfig(10, 12, num_hiddens=8, ffn_num_hiddens=16, num_heads=2)).eval()
+            >>> src, src_valid_lens = torch.tensor([[4, 5, 2], [6, 2, 0]]), torch.tensor([3, 2])
+            >>> state = model.init_decoder_state(model.encode(src, src_valid_lens), src_valid_lens)
+            >>> for token in ([1], [7]):  # <bos>, then one target token
+            ...     logits, state = model.decode_step(torch.tensor([token, token]), state)
+            >>> full = model(src, src_valid_lens, torch.tensor([[1, 7], [1, 7]]))  # teacher forcing, (B, T, V)
+            >>> logits.shape, torch.allclose(logits, full[:, -1], atol=1e-5)
+            (torch.Size([2, 12]), True)
         """
         check_tokens(tokens, "tokens", "(batch, 1)", self.config.tgt_vocab_size)
         if not isinstance(state, TransformerDecoderState):

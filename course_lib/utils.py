@@ -46,6 +46,10 @@ def by_device(cpu: T, gpu: T, device: torch.device | str | None = None) -> T:
         cpu: the value for the CPU (and any device that is not an accelerator).
         gpu: the value for CUDA and ``mps`` devices.
         device: the device (default :func:`try_gpu`).
+
+    Examples:
+        >>> by_device(cpu=8, gpu=30, device="cpu"), by_device(cpu=8, gpu=30, device="cuda:0")
+        (8, 30)
     """
     device = torch.device(device) if device is not None else try_gpu()
     return gpu if device.type in ("cuda", "mps") else cpu
@@ -68,6 +72,13 @@ def set_seed(seed: int = 0, deterministic: bool = True) -> torch.Generator:
     Raises:
         TypeError: ``seed`` is not an int.
         ValueError: ``seed`` is outside ``[0, 2**32)``, the range NumPy accepts.
+
+    Examples:
+        >>> with global_state_preserved():  # only so that the example leaves the session's seeds alone
+        ...     generator = set_seed(0)
+        ...     a, b = torch.rand(2), torch.rand(2, generator=generator)
+        >>> torch.equal(a, b)  # the global generator and the returned one start alike
+        True
     """
     seed = check_int(seed, "seed")
     if not 0 <= seed < 2**32:
@@ -88,6 +99,14 @@ def global_state_preserved() -> Iterator[None]:
     The random states (Python, NumPy, PyTorch on the CPU and initialised CUDA devices), the
     deterministic-algorithms flag and ``CUBLAS_WORKSPACE_CONFIG``. Also a decorator: library functions
     that seed (:func:`course_lib.train_seq2seq`) wear it, so they leave the caller's state as it was.
+
+    Examples:
+        >>> before = torch.random.get_rng_state()
+        >>> with global_state_preserved():
+        ...     _ = set_seed(123)
+        ...     _ = torch.rand(5)
+        >>> torch.equal(torch.random.get_rng_state(), before)
+        True
     """
     py_state, np_state = random.getstate(), np.random.get_state()
     flags = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
@@ -130,13 +149,25 @@ def seeded(seed: int = 0, deterministic: bool = True) -> Iterator[torch.Generato
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
-    """The device of ``model``'s first parameter (the CPU for a model without parameters)."""
+    """The device of ``model``'s first parameter (the CPU for a model without parameters).
+
+    Examples:
+        >>> model_device(torch.nn.Linear(2, 2)), model_device(torch.nn.ReLU())
+        (device(type='cpu'), device(type='cpu'))
+    """
     param = next(model.parameters(), None)
     return param.device if param is not None else torch.device("cpu")
 
 
 def num_parameters(module: torch.nn.Module, trainable_only: bool = True) -> int:
-    """Count the (trainable) parameters of ``module``."""
+    """Count the (trainable) parameters of ``module``.
+
+    Examples:
+        >>> layer = torch.nn.Linear(3, 2)  # a 2 x 3 weight and 2 biases
+        >>> _ = layer.bias.requires_grad_(False)
+        >>> num_parameters(layer), num_parameters(layer, trainable_only=False)
+        (6, 8)
+    """
     return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
 
 
@@ -146,6 +177,9 @@ def glue(name: str, value: float | int | str) -> None:
     The prose of a chapter quotes the numbers its cells compute through myst-nb's glue, so a
     number in the text cannot drift from the cell that computes it. Where myst-nb is not
     installed (a plain Jupyter or Colab session) this does nothing.
+
+    Examples:
+        >>> glue("final_bleu", 31.4)  # shows nothing; the chapter's prose quotes {glue:text}`final_bleu`
     """
     try:
         from myst_nb import glue as _myst_glue

@@ -2,7 +2,9 @@
 
 import doctest
 import importlib
+import importlib.util
 import pkgutil
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,14 @@ MODULES = sorted(
     name for _, name, _ in pkgutil.walk_packages(course_lib.__path__, "course_lib.")
     if not name.endswith("__main__")
 )
+_LISTING = Path(__file__).resolve().parents[1] / "tools" / "docstring_examples.py"
+
+
+def _listing():
+    spec = importlib.util.spec_from_file_location("docstring_examples", _LISTING)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _examples(name):
@@ -24,6 +34,13 @@ def test_at_least_ten_public_entries_show_an_example():
     for entry in ("MultiHeadAttention", "Transformer", "masked_softmax", "nadaraya_watson", "beam_search",
                   "lengths_to_mask", "causal_mask"):
         assert any(d.endswith("." + entry) for d in documented), entry
+
+
+def test_every_public_class_and_function_shows_an_example():
+    listing = _listing()
+    missing = [name for name, obj in listing.public_objects().items() if not listing.has_example(obj)]
+    assert not missing, (f"public names without a runnable example (an `Examples:` section with `>>>` lines; "
+                         f"`python tools/docstring_examples.py` lists them): {missing}")
 
 
 @pytest.mark.parametrize("name", [n for n in MODULES if _examples(n)])

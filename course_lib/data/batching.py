@@ -33,6 +33,16 @@ class Batch:
         tgt_out: (B, T) long, ``y <eos>`` padded.
         tgt_valid_lens: (B,) long, ``len(y) + 1``.
         n_truncated: how many of the B pairs were cut to fit a ``max_len`` (0 without one).
+
+    Examples:
+        >>> v = Vocab.build([["a", "b", "b"]])  # ids: <pad> <bos> <eos> <unk> b a
+        >>> batch = make_batch([(["a"], ["a", "b"]), (["a", "b", "a"], ["b"])], v, v)
+        >>> batch.src.shape, batch.tgt_in.shape, len(batch)  # (B, S), (B, T), B
+        (torch.Size([2, 4]), torch.Size([2, 3]), 2)
+        >>> batch.tgt_in, batch.tgt_out  # <bos> y and y <eos>, padded with 0
+        (tensor([[1, 5, 4],
+                [1, 4, 0]]), tensor([[5, 4, 2],
+                [4, 2, 0]]))
     """
 
     src: torch.Tensor
@@ -62,7 +72,13 @@ class Batch:
         return self.src.shape[0]
 
     def to(self, device: torch.device | str) -> Batch:
-        """A copy with every tensor moved to ``device``."""
+        """A copy with every tensor moved to ``device``.
+
+        Examples:
+            >>> v = Vocab.build([["a"]])
+            >>> make_batch([(["a"], ["a"])], v, v).to("cpu").src.device
+            device(type='cpu')
+        """
         return Batch(self.src.to(device), self.src_valid_lens.to(device), self.tgt_in.to(device),
                      self.tgt_out.to(device), self.tgt_valid_lens.to(device), self.n_truncated)
 
@@ -118,6 +134,15 @@ def encode_sources(token_lists: Sequence[Sequence[str]], vocab: Vocab,
     Raises:
         TypeError: ``token_lists`` is a single str, or a row is one.
         ValueError: ``max_len < 2``.
+
+    Examples:
+        >>> v = Vocab.build([["a", "b", "b"]])  # ids: <pad> <bos> <eos> <unk> b a
+        >>> src, src_valid_lens = encode_sources([["a"], ["b", "a", "c"]], v)  # "c" is unknown: <unk> = 3
+        >>> src, src_valid_lens  # (B, S), (B,)
+        (tensor([[5, 2, 0, 0],
+                [4, 5, 3, 2]]), tensor([2, 4]))
+        >>> encode_sources([["b", "a", "c"]], v, max_len=2)[0]  # cut, <eos> kept
+        tensor([[4, 2]])
     """
     if isinstance(token_lists, str):
         raise TypeError("token_lists must be a list of token lists, got a single str")
@@ -141,6 +166,16 @@ def make_batch(pairs: Sequence[tuple[Sequence[str], Sequence[str]]], src_vocab: 
 
     Raises:
         ValueError: ``pairs`` is empty, or ``max_len < 2``.
+
+    Examples:
+        >>> v = Vocab.build([["a", "b", "b"]])  # ids: <pad> <bos> <eos> <unk> b a
+        >>> batch = make_batch([(["a", "b"], ["a", "b", "a"]), (["b"], ["b"])], v, v, max_len=3)
+        >>> batch.src, batch.tgt_out  # (B, S) and (B, T), T <= max_len
+        (tensor([[5, 4, 2],
+                [4, 2, 0]]), tensor([[5, 4, 2],
+                [4, 2, 0]]))
+        >>> batch.src_valid_lens, batch.tgt_valid_lens, batch.n_truncated
+        (tensor([3, 2]), tensor([3, 2]), 1)
     """
     if len(pairs) == 0:
         raise ValueError("pairs must not be empty: a batch needs at least one pair")

@@ -41,6 +41,14 @@ def split_by_source(pairs: Sequence[Pair], valid_frac: float = 0.1, test_frac: f
 
     Raises:
         ValueError: a fraction is outside [0, 1), or no source would be left for training.
+
+    Examples:
+        >>> pairs = [(["a"], ["x"]), (["b"], ["y"]), (["a"], ["z"]), (["c"], ["w"])]
+        >>> train, valid, test = split_by_source(pairs, valid_frac=0.25, test_frac=0.25)
+        >>> train, valid
+        ([(['b'], ['y'])], [(['c'], ['w'])])
+        >>> test  # both pairs with the source ["a"] are on the same side
+        [(['a'], ['x']), (['a'], ['z'])]
     """
     valid_frac = check_probability(valid_frac, "valid_frac")
     test_frac = check_probability(test_frac, "test_frac")
@@ -67,6 +75,10 @@ def build_references(pairs: Sequence[Pair]) -> dict[tuple[str, ...], list[list[s
 
     Returns:
         source token tuple -> every distinct target token list, sources in first-seen order.
+
+    Examples:
+        >>> build_references([(["a"], ["x"]), (["b"], ["y"]), (["a"], ["z"]), (["a"], ["x"])])
+        {('a',): [['x'], ['z']], ('b',): [['y']]}
     """
     refs: dict[tuple[str, ...], list[list[str]]] = {}
     for src, tgt in pairs:
@@ -90,6 +102,16 @@ class Seq2SeqData:
         info: counts and settings from the loader (what was dropped and why, seeds, sizes).
         src_tokenizer, tgt_tokenizer: for ``"subword"``, the two
             :class:`course_lib.data.SubwordTokenizer` objects (None otherwise).
+
+    Examples:
+        >>> data = Seq2SeqData.from_splits([(["a", "b"], ["x"]), (["b"], ["y", "x"])], [(["a"], ["y"])], [],
+        ...                                tokenizer="word", name="toy")
+        >>> data
+        Seq2SeqData(name='toy', tokenizer='word',
+                    train=2, valid=1, test=0,
+                    src_vocab=6, tgt_vocab=6)
+        >>> data.references["train"]
+        {('a', 'b'): [['x']], ('b',): [['y', 'x']]}
     """
 
     train: list[Pair]
@@ -121,6 +143,12 @@ class Seq2SeqData:
 
         Returns:
             The data set.
+
+        Examples:
+            >>> data = Seq2SeqData.from_splits([(["a", "b"], ["x"]), (["b"], ["x"])], [], [], tokenizer="word",
+            ...                                name="toy", min_freq=2)
+            >>> data.src_vocab.idx_to_token  # "a" was seen once: it will map to <unk>
+            ('<pad>', '<bos>', '<eos>', '<unk>', 'b')
         """
         splits = {name_: [(list(s), list(t)) for s, t in pairs]
                   for name_, pairs in zip(SPLITS, (train, valid, test), strict=True)}
@@ -138,7 +166,13 @@ class Seq2SeqData:
                 f"            src_vocab={len(self.src_vocab)}, tgt_vocab={len(self.tgt_vocab)})")
 
     def to_text(self, tokens: Sequence[str], side: Literal["src", "tgt"] = "tgt") -> str:
-        """Join tokens into text: characters without spaces, words with one space, subwords by the tokenizer."""
+        """Join tokens into text: characters without spaces, words with one space, subwords by the tokenizer.
+
+        Examples:
+            >>> data = load_dates(n_examples=10, locales=("en_US",), years=(2000, 2009), seed=0)
+            >>> data.to_text(["2", "0", "0", "1"]), data.tokenizer
+            ('2001', 'char')
+        """
         if side not in ("src", "tgt"):
             raise ValueError(f'side must be "src" or "tgt", got {side!r}')
         if self.tokenizer == "subword":
@@ -146,7 +180,13 @@ class Seq2SeqData:
         return ("" if self.tokenizer == "char" else " ").join(tokens)
 
     def split(self, split: str) -> list[Pair]:
-        """The pairs of ``split`` (``"train"``, ``"valid"`` or ``"test"``)."""
+        """The pairs of ``split`` (``"train"``, ``"valid"`` or ``"test"``).
+
+        Examples:
+            >>> data = Seq2SeqData.from_splits([(["a"], ["x"])], [(["b"], ["y"])], [], tokenizer="word", name="toy")
+            >>> data.split("valid")
+            [(['b'], ['y'])]
+        """
         if split not in SPLITS:
             raise ValueError(f'split must be "train", "valid" or "test", got {split!r}')
         return getattr(self, split)
@@ -157,6 +197,12 @@ class Seq2SeqData:
 
         Returns:
             ``src`` (B, S) long and ``src_valid_lens`` (B,) long.
+
+        Examples:
+            >>> data = Seq2SeqData.from_splits([(["a", "b"], ["x"])], [], [], tokenizer="word", name="toy")
+            >>> data.encode_sources([["a"], ["a", "b", "c"]])  # "c" is not in the vocabulary: <unk> = 3
+            (tensor([[4, 2, 0, 0],
+                    [4, 5, 3, 2]]), tensor([2, 4]))
         """
         return encode_sources(token_lists, self.src_vocab, max_len)
 
@@ -178,6 +224,15 @@ class Seq2SeqData:
         Raises:
             ValueError: unknown split, ``batch_size < 1`` or ``max_len < 2`` (checked at the call,
                 not at the first ``next``).
+
+        Examples:
+            >>> data = load_dates(n_examples=50, locales=("en_US",), years=(2000, 2009), seed=0)
+            >>> g = torch.Generator().manual_seed(0)
+            >>> batches = list(data.batches("train", batch_size=16, shuffle=True, generator=g))
+            >>> [len(b) for b in batches]  # 40 training pairs: the last batch is smaller
+            [16, 16, 8]
+            >>> batches[0].tgt_out.shape  # (B, T): "YYYY-MM-DD" and <eos>
+            torch.Size([16, 11])
         """
         pairs = self.split(split)
         batch_size = check_positive_int(batch_size, "batch_size")

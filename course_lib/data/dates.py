@@ -82,6 +82,12 @@ def format_date_example(day: dt.date, locale: str, fmt: str) -> str:
     Raises:
         TypeError: ``day`` is not a date, or ``fmt`` is not a non-empty str.
         ValueError: unknown locale.
+
+    Examples:
+        >>> format_date_example(dt.date(2026, 11, 22), "fr_FR", "full")
+        'dimanche 22 novembre 2026'
+        >>> format_date_example(dt.date(2026, 11, 22), "de_DE", "d.M.y")
+        '22.11.2026'
     """
     if not isinstance(day, dt.date):
         raise TypeError(f"day must be a datetime.date, got {type(day).__name__}")
@@ -91,7 +97,12 @@ def format_date_example(day: dt.date, locale: str, fmt: str) -> str:
 
 
 def date_target(day: dt.date) -> str:
-    """The answer of the dates task: ``"YYYY-MM-DD"`` (ISO 8601)."""
+    """The answer of the dates task: ``"YYYY-MM-DD"`` (ISO 8601).
+
+    Examples:
+        >>> date_target(dt.date(2026, 11, 22))
+        '2026-11-22'
+    """
     if not isinstance(day, dt.date):
         raise TypeError(f"day must be a datetime.date, got {type(day).__name__}")
     return f"{day.year:04d}-{day.month:02d}-{day.day:02d}"
@@ -111,6 +122,11 @@ def date_formats(locales: Sequence[str] = DATE_LOCALES,
 
     Raises:
         TypeError / ValueError: a locale or format is not valid, or there is none.
+
+    Examples:
+        >>> date_formats(("en_US", "de_DE"), formats={"de_DE": ("d.M.y",)})
+        [('en_US', 'full'), ('en_US', 'long'), ('en_US', 'medium'), ('en_US', 'short'), ('en_US', 'M/d/y'),
+         ('en_US', 'EEE, MMM d, y'), ('de_DE', 'd.M.y')]
     """
     if isinstance(locales, str):
         raise TypeError("locales must be a sequence of locale names, got a single str (wrap it in a tuple)")
@@ -211,6 +227,12 @@ def ambiguous_date_strings(locales: Sequence[str] = DATE_LOCALES, formats: Mappi
 
     Raises:
         TypeError, ValueError: a bad locale, format or year range (see :func:`date_formats`).
+
+    Examples:
+        >>> short = {"en_US": ("short",), "es_ES": ("short",)}
+        >>> ambiguous = ambiguous_date_strings(("en_US", "es_ES"), short, years=(2022, 2022))
+        >>> ambiguous["5/6/22"]
+        (datetime.date(2022, 5, 6), datetime.date(2022, 6, 5))
     """
     days, _, _, ambiguous = _scan(date_formats(locales, formats), _check_years(years))
     return {s: tuple(days[i] for i in sorted(idx)) for s, idx in sorted(ambiguous.items())}
@@ -244,6 +266,16 @@ def load_dates(n_examples: int = 20000, locales: Sequence[str] = DATE_LOCALES, s
     Raises:
         ValueError: ``n_examples`` is larger than the number of distinct unambiguous strings, or a
             bad locale, format, year range or fraction.
+
+    Examples:
+        >>> data = load_dates(n_examples=20, locales=("en_US",), years=(2000, 2009), seed=0)
+        >>> data
+        Seq2SeqData(name='dates', tokenizer='char',
+                    train=16, valid=2, test=2,
+                    src_vocab=40, tgt_vocab=15)
+        >>> src, tgt = data.train[0]
+        >>> data.to_text(src, "src"), data.to_text(tgt), data.info["source_format"][data.to_text(src, "src")]
+        ('7/1/08', '2008-07-01', ('en_US', 'short'))
     """
     n_examples = check_positive_int(n_examples, "n_examples")
     seed = check_int(seed, "seed")

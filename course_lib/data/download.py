@@ -26,7 +26,14 @@ CACHE_DIR_ENV = "COURSE_CACHE_DIR"
 
 
 def cache_dir() -> Path:
-    """Where downloads are kept: ``$COURSE_CACHE_DIR``, else ``~/.cache/course_lib``."""
+    """Where downloads are kept: ``$COURSE_CACHE_DIR``, else ``~/.cache/course_lib``.
+
+    Examples:
+        >>> from unittest import mock
+        >>> with mock.patch.dict(os.environ, {CACHE_DIR_ENV: "/tmp/course-cache"}):
+        ...     print(cache_dir())
+        /tmp/course-cache
+    """
     env = os.environ.get(CACHE_DIR_ENV, "").strip()
     return Path(env).expanduser() if env else Path.home() / ".cache" / "course_lib"
 
@@ -59,6 +66,18 @@ def download_fra_eng(folder: str | os.PathLike[str] | None = None, url: str | No
     Raises:
         OSError: the download failed (no network, HTTP error).
         ValueError: the downloaded archive's SHA-1 is not ``sha1``, or it holds no ``fra.txt``.
+
+    Examples:
+        Offline, with a local archive standing in for the server (a ``file://`` URL):
+
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     archive = Path(tmp) / "fra-eng.zip"
+        ...     with zipfile.ZipFile(archive, "w") as z:
+        ...         z.writestr("fra-eng/fra.txt", "Go.\\tVa !\\n")
+        ...     sha1 = hashlib.sha1(archive.read_bytes()).hexdigest()
+        ...     text = download_fra_eng(Path(tmp) / "cache", url=archive.as_uri(), sha1=sha1, quiet=True)
+        ...     print(text.relative_to(tmp), text.read_text().split("\\t"))
+        cache/fra-eng/fra.txt ['Go.', 'Va !\\n']
     """
     url = FRA_ENG_URL if url is None else url
     sha1 = FRA_ENG_SHA1 if sha1 is None else sha1

@@ -21,7 +21,17 @@ DATA_DIR_ENV = "COURSE_DATA_DIR"
 
 
 class DataNotFoundError(FileNotFoundError):
-    """A data folder or file the course needs is not on this machine."""
+    """A data folder or file the course needs is not on this machine.
+
+    A :class:`FileNotFoundError`, so code that already catches that keeps working.
+
+    Examples:
+        >>> try:
+        ...     load_fra_eng(path="no-such-folder/fra.txt")
+        ... except DataNotFoundError as e:
+        ...     print(isinstance(e, FileNotFoundError), e)
+        True the sentence-pair file no-such-folder/fra.txt does not exist
+    """
 
 
 def _repo_root() -> Path:
@@ -44,6 +54,13 @@ def data_dir() -> Path:
     Raises:
         DataNotFoundError: ``COURSE_DATA_DIR`` names a folder that does not exist, or it is unset
             and no ``shared/data`` folder was found.
+
+    Examples:
+        >>> import tempfile
+        >>> from unittest import mock
+        >>> with tempfile.TemporaryDirectory() as tmp, mock.patch.dict(os.environ, {DATA_DIR_ENV: tmp}):
+        ...     data_dir() == Path(tmp)
+        True
     """
     env = os.environ.get(DATA_DIR_ENV, "").strip()
     if env:
@@ -75,6 +92,19 @@ def find_data_file(relative: str | os.PathLike[str]) -> Path:
         ValueError: ``relative`` is absolute.
         DataNotFoundError: the data folder or the file is missing; the message names the file and
             says to set ``COURSE_DATA_DIR``.
+
+    Examples:
+        >>> import tempfile
+        >>> from unittest import mock
+        >>> with tempfile.TemporaryDirectory() as tmp, mock.patch.dict(os.environ, {DATA_DIR_ENV: tmp}):
+        ...     _ = (Path(tmp) / "notes.txt").write_text("hello")
+        ...     print(find_data_file("notes.txt") == Path(tmp) / "notes.txt")
+        ...     try:
+        ...         find_data_file("fra-eng/fra.txt")
+        ...     except DataNotFoundError as e:
+        ...         print(str(e)[:48])
+        True
+        the data file fra-eng/fra.txt is missing: looked
     """
     if not isinstance(relative, (str, os.PathLike)):
         raise TypeError(f"relative must be a str or a path, got {type(relative).__name__}")

@@ -39,6 +39,10 @@ def clean_text(text: str) -> str:
 
     Raises:
         TypeError: ``text`` is not a str.
+
+    Examples:
+        >>> clean_text(" Va\\u202f!  Cours\\u00a0!\\n")
+        'Va ! Cours !'
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
@@ -56,6 +60,15 @@ class SubwordTokenizer:
 
     Args:
         tokenizer: a trained ``tokenizers.Tokenizer`` with a byte-level pre-tokenizer and decoder.
+
+    Examples:
+        >>> tok = SubwordTokenizer.train(["Je suis fatigué.", "Je suis là.", "Tu es fatigué ?"] * 5, vocab_size=300)
+        >>> tok  # fewer than 300: no pair was left to merge
+        SubwordTokenizer(byte-level BPE, vocab_size=280)
+        >>> tok("Je suis fatigué.")  # Ġ marks a space before, Ã© are the two bytes of é
+        ['Je', 'Ġsuis', 'ĠfatiguÃ©', '.']
+        >>> tok.detokenize(tok("Tu es là ?"))  # lossless, words never seen included
+        'Tu es là ?'
     """
 
     def __init__(self, tokenizer) -> None:
@@ -85,6 +98,11 @@ class SubwordTokenizer:
 
         Returns:
             The trained tokenizer (deterministic: the same texts give the same vocabulary).
+
+        Examples:
+            >>> tok = SubwordTokenizer.train(["low lower lowest"] * 3, vocab_size=262)  # 260 + two merges: lo, low
+            >>> len(tok), tok.tokenize("lowest")
+            (262, ['low', 'e', 's', 't'])
         """
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -124,7 +142,13 @@ class SubwordTokenizer:
         return self._tokenizer.decoder.decode([t for t in tokens if t not in SPECIAL_TOKENS]).strip()
 
     def to_json(self) -> str:
-        """The whole tokenizer (merges, vocabulary, pre-tokenizer, decoder) as a JSON string."""
+        """The whole tokenizer (merges, vocabulary, pre-tokenizer, decoder) as a JSON string.
+
+        Examples:
+            >>> text = SubwordTokenizer.train(["low lower lowest"] * 3, vocab_size=262).to_json()
+            >>> json.loads(text)["model"]["type"]
+            'BPE'
+        """
         return self._tokenizer.to_str()
 
     @classmethod
@@ -134,6 +158,12 @@ class SubwordTokenizer:
         Raises:
             TypeError: ``text`` is not a str.
             ValueError: ``text`` is not a tokenizer's JSON.
+
+        Examples:
+            >>> tok = SubwordTokenizer.train(["low lower lowest"] * 3, vocab_size=262)
+            >>> again = SubwordTokenizer.from_json(tok.to_json())
+            >>> again.vocab == tok.vocab, again.tokenize("lower") == tok.tokenize("lower")
+            (True, True)
         """
         from tokenizers import Tokenizer
 
@@ -174,6 +204,24 @@ def load_fra_eng_subwords(path: str | os.PathLike[str] | None = None, vocab_size
     Raises:
         DataNotFoundError: the file is missing (the message says how to point at it).
         ValueError: a bad count or fraction, or no usable pair.
+
+    Examples:
+        With a small file of the course file's format (the same split as ``load_fra_eng`` gives it):
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     file = Path(tmp) / "fra.txt"
+        ...     _ = file.write_text("Go.\\tVa !\\nHi.\\tSalut !\\nRun!\\tCours !\\nRun!\\tCourez !\\nWho?\\tQui ?\\n"
+        ...                         "Wow!\\tÇa alors !\\n")
+        ...     data = load_fra_eng_subwords(file, vocab_size=300, valid_frac=0.2, test_frac=0.2)
+        >>> data
+        Seq2SeqData(name='fra-eng', tokenizer='subword',
+                    train=3, valid=1, test=2,
+                    src_vocab=260, tgt_vocab=261)
+        >>> src, tgt = data.train[0]
+        >>> tgt, data.to_text(tgt)
+        (['V', 'a', 'Ġ!'], 'Va !')
     """
     if max_examples is not None:
         max_examples = check_positive_int(max_examples, "max_examples")

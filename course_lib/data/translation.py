@@ -37,6 +37,10 @@ def normalize_text(text: str) -> str:
 
     Raises:
         TypeError: ``text`` is not a str.
+
+    Examples:
+        >>> normalize_text("Va\\u202f!"), normalize_text("Hi, Tom.")
+        ('va !', 'hi , tom .')
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
@@ -54,6 +58,10 @@ def tokenize_words(text: str) -> list[str]:
 
     Raises:
         TypeError: ``text`` is not a str.
+
+    Examples:
+        >>> tokenize_words(normalize_text("Hi,  Tom."))
+        ['hi', ',', 'tom', '.']
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
@@ -79,6 +87,15 @@ def read_sentence_pairs(path: str | os.PathLike[str]) -> tuple[list[tuple[str, s
 
     Raises:
         DataNotFoundError: ``path`` does not exist.
+
+    Examples:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     file = Path(tmp) / "pairs.txt"
+        ...     _ = file.write_text("Go.\\tVa !\\tCC-BY\\nno tab here\\nHi.\\tSalut !\\n"
+        ...                         "They did it again.\\tIls l'ont \\n")
+        ...     read_sentence_pairs(file)  # the line without a tab and the cut last line are dropped
+        ([('Go.', 'Va !'), ('Hi.', 'Salut !')], 2)
     """
     path = Path(path)
     if not path.is_file():
@@ -110,6 +127,18 @@ def fra_eng_file(path: str | os.PathLike[str] | None = None, download: bool = Fa
 
     Raises:
         DataNotFoundError: no copy and ``download=False`` (the message says how to get one).
+
+    Examples:
+        >>> import tempfile
+        >>> from unittest import mock
+        >>> fra_eng_file("my/fra.txt").as_posix()  # an explicit path is returned as is
+        'my/fra.txt'
+        >>> with tempfile.TemporaryDirectory() as tmp, mock.patch.dict(os.environ, {"COURSE_DATA_DIR": tmp}):
+        ...     try:
+        ...         fra_eng_file()  # an empty data folder, and no download=True
+        ...     except DataNotFoundError as e:
+        ...         print("download=True" in str(e))
+        True
     """
     if path is not None:
         return Path(path)
@@ -152,6 +181,22 @@ def load_fra_eng(path: str | os.PathLike[str] | None = None, max_tokens: int | N
     Raises:
         DataNotFoundError: the file is missing (the message says how to point at it).
         ValueError: a bad count or fraction, or no usable pair left.
+
+    Examples:
+        With a small file of the same format (the course's file is read the same way):
+
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     file = Path(tmp) / "fra.txt"
+        ...     _ = file.write_text("Go.\\tVa !\\nHi.\\tSalut !\\nRun!\\tCours !\\nRun!\\tCourez !\\nWho?\\tQui ?\\n"
+        ...                         "Wow!\\tÇa alors !\\n")
+        ...     data = load_fra_eng(file, min_freq=1, valid_frac=0.2, test_frac=0.2)
+        >>> data
+        Seq2SeqData(name='fra-eng', tokenizer='word',
+                    train=3, valid=1, test=2,
+                    src_vocab=10, tgt_vocab=10)
+        >>> data.train[0], data.references["test"][("run", "!")]  # one source, every translation in one split
+        ((['go', '.'], ['va', '!']), [['cours', '!'], ['courez', '!']])
     """
     if max_tokens is not None:
         max_tokens = check_positive_int(max_tokens, "max_tokens")

@@ -42,6 +42,15 @@ class Vocab:
         pad, bos, eos, unk: the ids 0, 1, 2, 3.
         idx_to_token: the tokens in id order (a tuple).
         token_to_idx: the inverse mapping (a dict).
+
+    Examples:
+        >>> vocab = Vocab.build([["the", "cat"], ["the", "dog"]])
+        >>> vocab, len(vocab)
+        (Vocab(size=7, tokens=['the', 'cat', 'dog']), 7)
+        >>> vocab["cat"], vocab["zebra"]  # an unknown token gives <unk> = 3
+        (5, 3)
+        >>> Vocab(["<pad>", "<bos>", "<eos>", "<unk>", "a"]).idx_to_token[4]
+        'a'
     """
 
     pad, bos, eos, unk = 0, 1, 2, 3
@@ -76,6 +85,12 @@ class Vocab:
         Raises:
             TypeError: a token or reserved token is not a str, or ``min_freq`` is not an int.
             ValueError: ``min_freq < 1``, or a reserved token is a special token or repeated.
+
+        Examples:
+            >>> Vocab.build([["the", "cat"], ["the", "dog"]], reserved_tokens=["<sep>"]).idx_to_token
+            ('<pad>', '<bos>', '<eos>', '<unk>', '<sep>', 'the', 'cat', 'dog')
+            >>> Vocab.build(["abca"], min_freq=2).idx_to_token  # a str is its characters
+            ('<pad>', '<bos>', '<eos>', '<unk>', 'a')
         """
         min_freq = check_positive_int(min_freq, "min_freq")
         if isinstance(reserved_tokens, str):
@@ -122,6 +137,10 @@ class Vocab:
 
         Raises:
             TypeError: ``tokens`` is a single str or holds a non-str.
+
+        Examples:
+            >>> Vocab.build([["the", "cat"], ["the"]]).encode(["the", "zebra", "cat"])
+            [4, 3, 5]
         """
         if isinstance(tokens, str):
             raise TypeError("tokens must be a sequence of str tokens, got a single str (use list(text) for "
@@ -133,6 +152,11 @@ class Vocab:
 
         Raises:
             ValueError: ``idx`` is not in ``[0, len(self))``.
+
+        Examples:
+            >>> vocab = Vocab.build([["the", "cat"], ["the"]])
+            >>> vocab.to_token(2), vocab.to_token(5)
+            ('<eos>', 'cat')
         """
         if not 0 <= idx < len(self):
             raise ValueError(f"token id {idx} is out of range for a vocabulary of size {len(self)}")
@@ -154,6 +178,13 @@ class Vocab:
         Raises:
             TypeError: ``ids`` is not a sequence of ints or a 1-D integer tensor.
             ValueError: ``ids`` is a tensor of another rank, or an id is out of range.
+
+        Examples:
+            >>> vocab = Vocab.build([["the", "cat"], ["the"]])  # ids: <pad> <bos> <eos> <unk> the cat
+            >>> vocab.decode(torch.tensor([1, 4, 3, 5, 2, 5, 0]))  # stops at the first <eos> = 2
+            ['the', '<unk>', 'cat']
+            >>> vocab.decode([1, 4, 2], strip_special=False)
+            ['<bos>', 'the']
         """
         if isinstance(ids, torch.Tensor):
             if ids.dim() != 1:
@@ -173,7 +204,12 @@ class Vocab:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly description that :meth:`from_dict` turns back into an equal vocabulary."""
+        """A JSON-friendly description that :meth:`from_dict` turns back into an equal vocabulary.
+
+        Examples:
+            >>> Vocab.build([["the", "cat"], ["the"]]).to_dict()
+            {'idx_to_token': ['<pad>', '<bos>', '<eos>', '<unk>', 'the', 'cat']}
+        """
         return {"idx_to_token": list(self.idx_to_token)}
 
     @classmethod
@@ -184,6 +220,12 @@ class Vocab:
             TypeError: ``d`` is not a dict.
             KeyError: ``d`` has no ``"idx_to_token"``.
             ValueError: the stored tokens are not a valid vocabulary.
+
+        Examples:
+            >>> import json
+            >>> vocab = Vocab.build([["the", "cat"], ["the"]])
+            >>> Vocab.from_dict(json.loads(json.dumps(vocab.to_dict()))) == vocab
+            True
         """
         if not isinstance(d, dict):
             raise TypeError(f"d must be a dict (from Vocab.to_dict), got {type(d).__name__}")

@@ -9,7 +9,15 @@ from ._draw import FONT, arrow, box, canvas
 
 def attention_pooling_diagram(num_keys: int = 3) -> Figure:
     """Attention pooling: a query is scored against every key, a softmax turns the scores into
-    weights, and the output is the weighted sum of the values (chapter 1)."""
+    weights, and the output is the weighted sum of the values (chapter 1).
+
+    Examples:
+        >>> import matplotlib.pyplot as plt
+        >>> fig = attention_pooling_diagram(num_keys=3)
+        >>> len(fig.axes), fig.get_size_inches().tolist()  # one drawing, within the book's 8-inch column
+        (1, [7.8, 3.9])
+        >>> plt.close(fig)
+    """
     if num_keys < 2 or num_keys > 4:
         raise ValueError(f"num_keys must be between 2 and 4, got {num_keys}")
     fig, ax = canvas(7.8, 3.9, 13.0, 6.5)
@@ -42,7 +50,15 @@ def attention_pooling_diagram(num_keys: int = 3) -> Figure:
 
 def scoring_pipeline_diagram() -> Figure:
     """The pipeline of chapter 3: scores of every query against every key, a masked softmax over
-    the valid keys, then a batched matrix product with the values."""
+    the valid keys, then a batched matrix product with the values.
+
+    Examples:
+        >>> import matplotlib.pyplot as plt
+        >>> fig = scoring_pipeline_diagram()
+        >>> len(fig.axes), fig.get_size_inches().tolist()  # one drawing, within the book's 8-inch column
+        (1, [7.8, 2.9])
+        >>> plt.close(fig)
+    """
     fig, ax = canvas(7.8, 2.9, 12.2, 4.6)
     box(ax, 0.8, 4.0, 1.3, 0.7, r"queries $\mathbf{Q}$", "query", fontsize=FONT - 1)
     box(ax, 0.8, 2.6, 1.3, 0.7, r"keys $\mathbf{K}$", "key", fontsize=FONT - 1)

@@ -9,7 +9,15 @@ from ._draw import FONT, arrow, box, canvas
 
 def multihead_diagram(num_heads: int = 3) -> Figure:
     """Multi-head attention (chapter 5): h sets of projections, h scaled dot-product attentions
-    side by side, concatenation and the output projection W_o."""
+    side by side, concatenation and the output projection W_o.
+
+    Examples:
+        >>> import matplotlib.pyplot as plt
+        >>> fig = multihead_diagram(num_heads=3)
+        >>> len(fig.axes), fig.get_size_inches().tolist()  # one drawing, within the book's 8-inch column
+        (1, [7.8, 4.3])
+        >>> plt.close(fig)
+    """
     if num_heads < 2 or num_heads > 4:
         raise ValueError(f"num_heads must be between 2 and 4, got {num_heads}")
     fig, ax = canvas(7.8, 4.3, 12.0, 6.6)

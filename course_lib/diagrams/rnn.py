@@ -9,7 +9,15 @@ from ._draw import FONT, arrow, box, canvas
 
 def bahdanau_diagram(num_steps: int = 4) -> Figure:
     """The RNN encoder-decoder with Bahdanau attention (chapter 4): at decoder step t' the previous
-    decoder state queries all encoder states, and the context joins the GRU input."""
+    decoder state queries all encoder states, and the context joins the GRU input.
+
+    Examples:
+        >>> import matplotlib.pyplot as plt
+        >>> fig = bahdanau_diagram(num_steps=4)
+        >>> len(fig.axes), fig.get_size_inches().tolist()  # one drawing, within the book's 8-inch column
+        (1, [7.8, 3.8])
+        >>> plt.close(fig)
+    """
     if num_steps < 3 or num_steps > 5:
         raise ValueError(f"num_steps must be between 3 and 5, got {num_steps}")
     fig, ax = canvas(7.8, 3.8, 12.0, 5.9)

@@ -11,7 +11,15 @@ from ._draw import FONT, arrow, canvas, stack
 def transformer_diagram() -> Figure:
     """The Transformer of chapter 7: encoder and decoder stacks of N blocks, each sublayer in a
     residual connection with layer normalisation, the look-ahead and padding masks, and
-    cross-attention from the decoder to the encoder's output (the memory)."""
+    cross-attention from the decoder to the encoder's output (the memory).
+
+    Examples:
+        >>> import matplotlib.pyplot as plt
+        >>> fig = transformer_diagram()
+        >>> len(fig.axes), fig.get_size_inches().tolist()  # one drawing, within the book's 8-inch column
+        (1, [7.4, 6.9])
+        >>> plt.close(fig)
+    """
     fig, ax = canvas(7.4, 6.9, 11.8, 10.6)
     enc_x, dec_x, w = 3.3, 8.2, 3.5
     enc = stack(ax, enc_x, 0.5, w, [("source tokens", "query"), ("embedding + positions", "op"),

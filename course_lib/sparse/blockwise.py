@@ -180,6 +180,18 @@ def strided_attention(
     Returns:
         Shaped like ``values`` with n positions; a query with no allowed key
         gets the zero vector.
+
+    Examples:
+        >>> q, k = torch.randn(2, 10, 4), torch.randn(2, 10, 4)
+        >>> v = torch.randn(2, 10, 3)
+        >>> lens = torch.tensor([10, 6])  # 4 padding keys in row 2
+        >>> out = strided_attention(q, k, v, stride=3, valid_lens=lens)
+        >>> out.shape  # like values
+        torch.Size([2, 10, 3])
+        >>> # the dense (2, 10, 10) mask, built only for the check:
+        >>> keep = strided_pattern(10, 3) & padding_mask(lens, 10)
+        >>> torch.allclose(out, dense_attention(q, k, v, keep), atol=1e-6)
+        True
     """
     q, k, v, valid, lens_q, squeeze = _prepare(
         queries, keys, values, stride, causal, valid_lens, key_mask, dropout_p
@@ -268,6 +280,12 @@ def fixed_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
 
     Returns:
         Shaped like ``values``; a query with no allowed key gets the zero vector.
+
+    Examples:
+        >>> q, k, v = torch.randn(2, 3, 12, 4), torch.randn(2, 3, 12, 4), torch.randn(2, 3, 12, 5)  # (B, H, n, d)
+        >>> out = fixed_attention(q, k, v, stride=4, c=1, causal=False)
+        >>> out.shape, torch.allclose(out, dense_attention(q, k, v, fixed_pattern(12, 4, 1, causal=False)), atol=1e-6)
+        (torch.Size([2, 3, 12, 5]), True)
     """
     q, k, v, valid, lens_q, squeeze = _prepare(queries, keys, values, stride, causal, valid_lens, key_mask,
                                                dropout_p)
@@ -348,7 +366,12 @@ class SparseKernel:
         return f"SparseKernel({self.pattern!r}, stride={self.stride}, c={self.c})"
 
     def stride_for(self, n: int) -> int:
-        """The stride used for ``n`` keys."""
+        """The stride used for ``n`` keys.
+
+        Examples:
+            >>> SparseKernel("strided").stride_for(50), SparseKernel("fixed", stride=4).stride_for(50)
+            (8, 4)
+        """
         stride = default_stride(n) if self.stride is None else self.stride
         if self.pattern == "fixed":
             check_summary_cells(self.c, stride)

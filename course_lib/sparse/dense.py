@@ -37,8 +37,10 @@ def fused_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
                     mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
     """The same through ``torch.nn.functional.scaled_dot_product_attention`` (:func:`course_lib.fused_kernel`).
 
-    On a CPU (and with a memory-efficient or flash kernel on a GPU) the scores are computed block by
-    block and never stored whole: O(n) memory, but still O(n^2) time.
+    On a CPU (and with a memory-efficient or flash kernel on a GPU) the scores of 4-D (B, H, n, d) inputs
+    without a mask are computed block by block and never stored whole: O(n) memory, but still O(n^2)
+    time. PyTorch's CPU kernel takes 4-D inputs only (3-D ones go through its math path, which stores
+    the n x n scores), and a mask is itself an n x n tensor.
 
     Args:
         queries, keys, values: as in :func:`dense_attention`.

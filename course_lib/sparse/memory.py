@@ -59,6 +59,14 @@ def peak_memory(fn: Callable[[], object], device: torch.device | str | None = No
 
     Returns:
         The peak in bytes.
+
+    Examples:
+        >>> peak_memory(lambda: torch.zeros(1000))  # 1000 float32 numbers
+        4000
+        >>> q = torch.zeros(1, 1, 256, 16)  # (B, H, n, d)
+        >>> explicit = peak_memory(lambda: torch.softmax(q @ q.transpose(-2, -1), dim=-1) @ q)
+        >>> explicit >= 2 * 256 * 256 * 4, peak_memory(lambda: fused_attention(q, q, q)) < 256 * 256 * 4
+        (True, True)
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")

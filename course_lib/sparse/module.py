@@ -42,20 +42,41 @@ class SparseMultiHeadAttention(MultiHeadAttention):
 
     @property
     def pattern(self) -> str:
+        """``"strided"`` or ``"fixed"``, the kernel's pattern.
+
+        Examples:
+            >>> mha = SparseMultiHeadAttention(16, 2, pattern="fixed", stride=4, c=2)
+            >>> mha.pattern, mha.stride, mha.c
+            ('fixed', 4, 2)
+        """
         return self.kernel.pattern
 
     @property
     def stride(self) -> int | None:
+        r"""The fixed stride :math:`\ell`, or ``None`` for :func:`default_stride` of each call's length (see
+        :attr:`pattern` for an example)."""
         return self.kernel.stride
 
     @property
     def c(self) -> int:
+        """Summary cells per block of the fixed pattern (see :attr:`pattern` for an example)."""
         return self.kernel.c
 
     @classmethod
     def from_dense(cls, attention: MultiHeadAttention, pattern: Literal["strided", "fixed"] = "strided",
                    stride: int | None = None, c: int = 1) -> SparseMultiHeadAttention:
-        """A sparse module with a copy of ``attention``'s weights, dropout rate, device, dtype and recording flag."""
+        """A sparse module with a copy of ``attention``'s weights, dropout rate, device, dtype and recording flag.
+
+        Examples:
+            >>> dense = MultiHeadAttention(16, 2)
+            >>> sparse = SparseMultiHeadAttention.from_dense(dense, "strided", stride=3)
+            >>> torch.equal(sparse.W_q.weight, dense.W_q.weight)
+            True
+            >>> x = torch.randn(1, 9, 16)  # with the pattern's mask, the dense module gives the same output
+            >>> torch.allclose(sparse(x, x, x, causal=True), dense(x, x, x, sparse.pattern_mask(9, causal=True)),
+            ...                atol=1e-5)
+            True
+        """
         if not isinstance(attention, MultiHeadAttention):
             raise TypeError(f"attention must be a MultiHeadAttention, got {type(attention).__name__}")
         if attention.num_kv_heads != attention.num_heads:
@@ -69,10 +90,21 @@ class SparseMultiHeadAttention(MultiHeadAttention):
         return sparse
 
     def stride_for(self, n: int) -> int:
-        """The stride used for sequences of length ``n``."""
+        """The stride used for sequences of length ``n``.
+
+        Examples:
+            >>> SparseMultiHeadAttention(16, 2).stride_for(50), SparseMultiHeadAttention(16, 2, stride=4).stride_for(50)
+            (8, 4)
+        """
         return self.kernel.stride_for(n)
 
     def pattern_mask(self, n: int, causal: bool, device: torch.device | str | None = None) -> torch.Tensor:
-        """The (n, n) bool mask this module attends inside, ``True`` = attend."""
+        """The (n, n) bool mask this module attends inside, ``True`` = attend.
+
+        Examples:
+            >>> mha = SparseMultiHeadAttention(16, 2, pattern="strided", stride=3)
+            >>> torch.equal(mha.pattern_mask(6, causal=True), strided_pattern(6, 3))
+            True
+        """
         return pattern_mod(self.pattern, self.stride_for(n), self.c, check_bool(causal, "causal")).materialize(
             n, device=device)

@@ -40,7 +40,14 @@ def fixed_mod(stride: int, c: int) -> MaskMod:
 
 
 def pattern_mod(pattern: str, stride: int, c: int = 1, causal: bool = True) -> MaskMod:
-    """The rule of ``pattern`` (``"strided"`` or ``"fixed"``), causal or not."""
+    """The rule of ``pattern`` (``"strided"`` or ``"fixed"``), causal or not.
+
+    Examples:
+        >>> pattern_mod("fixed", 3, c=1), pattern_mod("strided", 3, causal=False)
+        (MaskMod(fixed(3, 1) & causal), MaskMod(strided(3)))
+        >>> torch.equal(pattern_mod("fixed", 3).materialize(6), fixed_pattern(6, 3, 1))
+        True
+    """
     if pattern not in PATTERNS:
         raise ValueError(f"pattern must be one of {PATTERNS}, got {pattern!r}")
     rule = strided_mod(stride) if pattern == "strided" else fixed_mod(stride, c)
@@ -65,6 +72,15 @@ def strided_pattern(n: int, stride: int, causal: bool = True,
 
     Returns:
         (n, n) bool tensor, ``True`` = attend; row ``i`` is the set :math:`A_i`.
+
+    Examples:
+        >>> strided_pattern(6, 3).int()  # row 4: the band {2, 3, 4} and the column {1, 4}
+        tensor([[1, 0, 0, 0, 0, 0],
+                [1, 1, 0, 0, 0, 0],
+                [1, 1, 1, 0, 0, 0],
+                [1, 1, 1, 1, 0, 0],
+                [0, 1, 1, 1, 1, 0],
+                [0, 0, 1, 1, 1, 1]], dtype=torch.int32)
     """
     check_positive_int(n, "n")
     check_positive_int(stride, "stride")
@@ -92,6 +108,15 @@ def fixed_pattern(n: int, stride: int, c: int, causal: bool = True,
 
     Returns:
         (n, n) bool tensor, ``True`` = attend.
+
+    Examples:
+        >>> fixed_pattern(6, 3, 1, causal=False).int()  # blocks {0, 1, 2} and {3, 4, 5}; summary cells 2 and 5
+        tensor([[1, 1, 1, 0, 0, 1],
+                [1, 1, 1, 0, 0, 1],
+                [1, 1, 1, 0, 0, 1],
+                [0, 0, 1, 1, 1, 1],
+                [0, 0, 1, 1, 1, 1],
+                [0, 0, 1, 1, 1, 1]], dtype=torch.int32)
     """
     check_positive_int(n, "n")
     check_positive_int(stride, "stride")
@@ -102,6 +127,11 @@ def fixed_pattern(n: int, stride: int, c: int, causal: bool = True,
 
 def default_stride(n: int) -> int:
     r"""The stride :math:`\lceil\sqrt n\,\rceil` that balances the band and the column: about
-    :math:`2\sqrt n` keys per query instead of :math:`n`."""
+    :math:`2\sqrt n` keys per query instead of :math:`n`.
+
+    Examples:
+        >>> default_stride(100), default_stride(101)
+        (10, 11)
+    """
     check_positive_int(n, "n")
     return math.isqrt(n - 1) + 1

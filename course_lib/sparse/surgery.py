@@ -27,6 +27,14 @@ def use_sparse_attention(model: nn.Module, pattern: Literal["strided", "fixed"] 
 
     Returns:
         The number of attention modules replaced (already sparse ones are replaced too, with the new pattern).
+
+    Examples:
+        >>> from course_lib import Transformer, TransformerConfig
+        >>> model = Transformer(TransformerConfig(10, 12, num_hiddens=8, ffn_num_hiddens=16, num_heads=2))
+        >>> use_sparse_attention(model, "fixed", stride=4)  # two encoder and two decoder blocks
+        4
+        >>> model.decoder.blocks[0].self_attention.kernel, type(model.decoder.blocks[0].cross_attention).__name__
+        (SparseKernel('fixed', stride=4, c=1), 'MultiHeadAttention')
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
