@@ -142,6 +142,16 @@ def check_tokens(x: object, name: str, layout: str, vocab_size: int | None = Non
     return x
 
 
+def _as_tensor(x: object, name: str, what: str) -> torch.Tensor:
+    """``x`` itself, or a list (a NumPy array) of ``what`` as a tensor; ``TypeError`` naming ``name`` otherwise."""
+    if isinstance(x, torch.Tensor):
+        return x
+    try:
+        return torch.as_tensor(x)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{name} must be a tensor (or list) of {what}, got {type(x).__name__}") from None
+
+
 def as_lengths(lengths: object, name: str, max_len: int | None = None, shape: tuple[int, ...] | None = None,
                what: str = "", device: torch.device | str | None = None) -> torch.Tensor:
     """Validate integer lengths (a tensor, a list or a NumPy array) and return them as int64.
@@ -161,12 +171,7 @@ def as_lengths(lengths: object, name: str, max_len: int | None = None, shape: tu
         ValueError: wrong shape, negative, or longer than ``max_len``.
     """
     for_what = f" for {what}" if what else ""
-    if not isinstance(lengths, torch.Tensor):
-        try:
-            lengths = torch.as_tensor(lengths)
-        except (TypeError, ValueError, RuntimeError):
-            raise TypeError(f"{name} must be a tensor (or list) of integer lengths, got "
-                            f"{type(lengths).__name__}") from None
+    lengths = _as_tensor(lengths, name, "integer lengths")
     if lengths.dtype == torch.bool or lengths.is_complex():
         raise TypeError(f"{name} must be an integer tensor of lengths, got dtype {lengths.dtype}")
     if lengths.is_floating_point():
@@ -367,12 +372,7 @@ def check_positions(positions: object, shape: tuple[int, ...], name: str = "posi
         TypeError: not integers (a float, bool or complex dtype; positions are token indices).
         ValueError: a shape that does not end in T or does not broadcast to ``shape``.
     """
-    if not isinstance(positions, torch.Tensor):
-        try:
-            positions = torch.as_tensor(positions)
-        except (TypeError, ValueError, RuntimeError):
-            raise TypeError(f"{name} must be a tensor (or list) of integer positions, got "
-                            f"{type(positions).__name__}") from None
+    positions = _as_tensor(positions, name, "integer positions")
     if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
         raise TypeError(f"{name} must hold integer positions (token indices), got dtype {positions.dtype}")
     n = shape[-1] if shape else 0

@@ -433,3 +433,82 @@ def test_lengths_to_mask_equals_numpy_comparison_on_drawn_lengths(lens, max_len)
 def test_causal_mask_equals_numpy_tri(n_q, n_k, offset):
     expected = np.tri(n_q, n_k, k=n_k - n_q if offset is None else offset, dtype=bool)
     assert causal_mask(n_q, n_k, offset=offset).numpy().tolist() == expected.tolist()
+
+
+# --- MaskMod: masks as rules, checked against loops and torch's FlexAttention -----------------------
+
+from course_lib.masking import MaskMod, causal_mod, padding_mod, sliding_window_mod  # noqa: E402
+from course_lib.sparse import fixed_mod, strided_mod  # noqa: E402
+
+
+def _loop_mask(rule, n_q, n_k, batch=1):
+    """rule(b, i, j) for the query at position n_k - n_q + i, one pair at a time."""
+    return torch.tensor([[[bool(rule(b, n_k - n_q + i, j)) for j in range(n_k)] for i in range(n_q)]
+                         for b in range(batch)])
+
+
+RULES = {
+    "causal": (causal_mod(), lambda b, i, j: j <= i),
+    "window3": (sliding_window_mod(3), lambda b, i, j: abs(i - j) < 3),
+    "causal_window3": (causal_mod() & sliding_window_mod(3), lambda b, i, j: j <= i and i - j < 3),
+    "strided4": (strided_mod(4), lambda b, i, j: abs(i - j) < 4 or (i - j) % 4 == 0),
+    "fixed4_2_causal": (fixed_mod(4, 2) & causal_mod(), lambda b, i, j: j <= i and (i // 4 == j // 4 or j % 4 >= 2)),
+    "window_or_first": (sliding_window_mod(2) | MaskMod(lambda b, h, q, kv: kv == 0, "first"),
+                        lambda b, i, j: abs(i - j) < 2 or j == 0),
+}
+
+
+@pytest.mark.parametrize("name", list(RULES))
+@pytest.mark.parametrize(("n_q", "n_k"), [(9, 9), (3, 9), (1, 5)])
+def test_a_rule_materialises_to_the_mask_of_its_loop(name, n_q, n_k):
+    rule, loop = RULES[name]
+    assert torch.equal(rule.materialize(n_q, n_k), _loop_mask(loop, n_q, n_k)[0])
+
+
+def test_the_causal_rule_is_the_causal_mask_helper_and_padding_follows_the_lengths():
+    for n_q, n_k in ((4, 4), (2, 6), (1, 3)):
+        assert torch.equal(causal_mod().materialize(n_q, n_k), causal_mask(n_q, n_k))
+    lens = torch.tensor([5, 2, 0])
+    keep = (padding_mod(lens) & causal_mod()).materialize(5, batch=3)
+    assert keep.shape == (3, 1, 5, 5)
+    assert torch.equal(keep[:, 0], _loop_mask(lambda b, i, j: j <= i and j < lens[b], 5, 5, batch=3))
+
+
+@pytest.mark.parametrize("name", list(RULES))
+def test_block_lists_say_which_tiles_hold_any_or_only_kept_pairs(name):
+    rule, _ = RULES[name]
+    keep = rule.materialize(10, 11)
+    any_kept, all_kept = rule.blocks(10, 11, 4, 3)
+    assert any_kept.shape == all_kept.shape == (3, 4)
+    for bi in range(3):
+        for bj in range(4):
+            tile = keep[4 * bi:4 * bi + 4, 3 * bj:3 * bj + 3]
+            assert bool(any_kept[bi, bj]) == bool(tile.any()) and bool(all_kept[bi, bj]) == bool(tile.all())
+
+
+@pytest.mark.parametrize("name", list(RULES))
+def test_flex_attention_with_a_rule_equals_sdpa_with_its_mask(name):
+    import warnings
+
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    rule, _ = RULES[name]
+    n_q, n_k = 6, 16
+    g = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(2, 2, n_q, 8, generator=g), torch.randn(2, 2, n_k, 8, generator=g), \
+        torch.randn(2, 2, n_k, 8, generator=g)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # flex_attention warns that eager mode is slow
+        block_mask = create_block_mask(rule.flex(n_q, n_k), None, None, n_q, n_k, device="cpu")
+        out = flex_attention(q, k, v, block_mask=block_mask)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=rule.materialize(n_q, n_k))
+    torch.testing.assert_close(out, expected)
+
+
+def test_rules_combine_only_with_rules():
+    with pytest.raises(TypeError, match="MaskMod"):
+        causal_mod() & torch.ones(3, 3, dtype=torch.bool)
+    with pytest.raises(TypeError, match="rule must be callable"):
+        MaskMod("causal")
+    with pytest.raises(ValueError, match="window"):
+        sliding_window_mod(0)
