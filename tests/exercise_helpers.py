@@ -49,11 +49,11 @@ def solution_cells(notebook: str, label: str) -> list[str]:
 def solution_namespace(notebook: str, *labels: str, defining: str | None = None, **names: object) -> dict:
     """Exec the solutions ``labels`` in turn in one namespace and return it.
 
-    The namespace starts with ``torch``, ``cl``, ``math``, ``F``, ``Counter`` and ``names``. With
+    The namespace starts with ``torch``, ``nn``, ``cl``, ``math``, ``F``, ``Counter`` and ``names``. With
     ``defining``, only the cells that define that function run (the others may need the notebook's
     trained models).
     """
-    ns: dict = {"torch": torch, "cl": cl, "math": math, "F": F, "Counter": Counter, **names}
+    ns: dict = {"torch": torch, "nn": torch.nn, "cl": cl, "math": math, "F": F, "Counter": Counter, **names}
     for label in labels:
         for source in solution_cells(notebook, label):
             if defining is None or f"def {defining}(" in source:

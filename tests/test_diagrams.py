@@ -11,8 +11,10 @@ LABELS = {
     "scoring_pipeline_diagram": ["masked\nsoftmax", "valid_lens", "batched\nmatmul"],
     "bahdanau_diagram": ["GRU", "keys = values = encoder states", "query"],
     "multihead_diagram": ["concatenate heads", "scaled dot-product\nattention, head 1"],
-    "transformer_diagram": ["cross-attention", "masked self-attention", "add & norm",
-                            "feed-forward (FFN)", "look-ahead\nmask", "memory (keys, values)"],
+    "transformer_diagram": ["multi-head\ncross-attention", "masked multi-head\nself-attention", "add & norm",
+                            "feed-forward (FFN)", "look-ahead\nmask", "softmax", "positional\nencoding"],
+    "norm_placement_diagram": ["LayerNorm", "post-norm (the paper)\n$\\mathbf{X}' = \\mathrm{LN}(\\mathbf{X} + "
+                               "F(\\mathbf{X}))$"],
 }
 
 

@@ -54,6 +54,10 @@ def test_an_unanswered_exercise_is_reported_not_answered(exercise):
 
 def _perturb(value: object) -> object:
     """A slightly wrong result: one entry changed, which matches none of the checkers' anticipated mistakes."""
+    if isinstance(value, torch.nn.Module):  # a module the exercise asks for: its outputs slightly wrong
+        forward = value.forward
+        value.forward = lambda *args, **kwargs: _perturb(forward(*args, **kwargs))
+        return value
     if isinstance(value, torch.Tensor):
         flat = value.reshape(-1).clone()
         k = int(flat.detach().float().abs().argmax())

@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from exercise_helpers import fails_with, passes
+from torch import nn
 
 import course_lib as cl
 
@@ -71,52 +72,184 @@ def test_layer_norm_wrong_answers_fail_with_hint(answer, hint):
     fails_with("transformer.layer_norm", answer, hint)
 
 
+# --- transformer.encoder_block -------------------------------------------------------------------
+
+
+class PostNorm(nn.Module):
+    """A right answer written independently of the notebook's: torch's functional multi-head attention."""
+
+    def __init__(self, num_hiddens, ffn_num_hiddens, num_heads):
+        super().__init__()
+        self.attention = cl.MultiHeadAttention(num_hiddens, num_heads, bias=True)
+        self.ffn = cl.PositionWiseFFN(num_hiddens, ffn_num_hiddens)
+        self.norm1, self.norm2 = nn.LayerNorm(num_hiddens), nn.LayerNorm(num_hiddens)
+
+    def mha(self, X, mask):
+        a = self.attention
+        weight = torch.cat([a.W_q.weight, a.W_k.weight, a.W_v.weight])
+        bias = torch.cat([a.W_q.bias, a.W_k.bias, a.W_v.bias])
+        X = X.transpose(0, 1)  # (T, B, d), torch's layout
+        ignore = None if mask is None else ~mask[:, 0]  # (B, T), True = ignore
+        out, _ = F.multi_head_attention_forward(
+            X, X, X, X.shape[-1], a.num_heads, weight, bias, None, None, False, 0.0, a.W_o.weight, a.W_o.bias,
+            training=False, key_padding_mask=ignore, need_weights=False)
+        return out.transpose(0, 1)
+
+    def forward(self, X, mask=None):
+        Y = self.norm1(X + self.mha(X, mask))
+        return self.norm2(Y + self.ffn(Y))
+
+
+class PreNorm(PostNorm):
+    def forward(self, X, mask=None):
+        Y = X + self.mha(self.norm1(X), mask)
+        return Y + self.ffn(self.norm2(Y))
+
+
+class NoResidual(PostNorm):
+    def forward(self, X, mask=None):
+        return self.norm2(self.ffn(self.norm1(self.mha(X, mask))))
+
+
+class NormTheBranch(PostNorm):
+    def forward(self, X, mask=None):
+        Y = X + self.norm1(self.mha(X, mask))
+        return Y + self.norm2(self.ffn(Y))
+
+
+class NormsSwapped(PostNorm):
+    def forward(self, X, mask=None):
+        Y = self.norm2(X + self.mha(X, mask))
+        return self.norm1(Y + self.ffn(Y))
+
+
+class FFNReadsX(PostNorm):
+    def forward(self, X, mask=None):
+        Y = self.norm1(X + self.mha(X, mask))
+        return self.norm2(Y + self.ffn(X))
+
+
+class SecondResidualAddsX(PostNorm):
+    def forward(self, X, mask=None):
+        Y = self.norm1(X + self.mha(X, mask))
+        return self.norm2(X + self.ffn(Y))
+
+
+class IgnoresTheMask(PostNorm):
+    def forward(self, X, mask=None):
+        return super().forward(X, None)
+
+
+class NoAttentionBias(PostNorm):
+    def __init__(self, num_hiddens, ffn_num_hiddens, num_heads):
+        super().__init__(num_hiddens, ffn_num_hiddens, num_heads)
+        self.attention = cl.MultiHeadAttention(num_hiddens, num_heads)
+
+
+class SequentialFFN(PostNorm):
+    def __init__(self, num_hiddens, ffn_num_hiddens, num_heads):
+        super().__init__(num_hiddens, ffn_num_hiddens, num_heads)
+        self.ffn = nn.Sequential(nn.Linear(num_hiddens, ffn_num_hiddens), nn.ReLU(),
+                                 nn.Linear(ffn_num_hiddens, num_hiddens))
+
+
+class ChangesXInPlace(PostNorm):
+    def forward(self, X, mask=None):
+        X += self.mha(X, mask)
+        Y = self.norm1(X)
+        return self.norm2(Y + self.ffn(Y))
+
+
+def test_encoder_block_notebook_solution_passes(solutions):
+    ns = solutions("ch07-ex-encoder-block")
+    assert passes("transformer.encoder_block", ns["EncoderBlock"]).n_checks == 3
+
+
+@pytest.mark.parametrize("variant", [0, 1, 2])
+def test_encoder_block_independent_answer_passes(variant):
+    # torch's functional attention on the same parts: the checker accepts any right computation.
+    passes("transformer.encoder_block", PostNorm, variant=variant)
+
+
+def test_encoder_block_hidden_variants_draw_other_sizes_with_and_without_padding():
+    from course_lib.exercises import _core, transformer
+
+    book = transformer._encoder_block_cases()
+    for variant in (1, 2):
+        token = _core._VARIANT.set(variant)
+        try:
+            cases = transformer._encoder_block_cases()
+        finally:
+            _core._VARIANT.reset(token)
+        assert cases != book and all(d % h == 0 for d, _, h, _, _ in cases)
+        assert any(lens is None for *_, lens in cases) and any(lens is not None for *_, lens in cases)
+
+
+@pytest.mark.parametrize(
+    ("answer", "hint"),
+    [
+        (PreNorm, "pre-norm"),
+        (NoResidual, "residual connections are missing"),
+        (NormTheBranch, "after the addition"),
+        (NormsSwapped, "other way round"),
+        (FFNReadsX, "not X"),
+        (SecondResidualAddsX, "adds the FFN's input Y"),
+        (IgnoresTheMask, "padding mask is ignored"),
+        (NoAttentionBias, "bias=True"),
+        (SequentialFFN, "cl.PositionWiseFFN"),
+        (ChangesXInPlace, "in place"),
+    ],
+)
+def test_encoder_block_wrong_answers_fail_with_hint(answer, hint):
+    fails_with("transformer.encoder_block", answer, hint)
+
+
 # --- transformer.look_ahead_and_padding_mask --------------------------------------------------------
 
 
-def _parts(n_queries, n_keys, valid_lens):
-    i = torch.arange(n_queries)[:, None]
-    j = torch.arange(n_keys)[None, :]
+def _parts(valid_lens, T):
+    i = torch.arange(T)[:, None]
+    j = torch.arange(T)[None, :]
     return i, j, j < valid_lens[:, None, None]
 
 
-def inverted(n_queries, n_keys, valid_lens):
-    i, j, padding = _parts(n_queries, n_keys, valid_lens)
+def inverted(valid_lens, T):
+    i, j, padding = _parts(valid_lens, T)
     return ~((j <= i) & padding)
 
 
-def strict_diagonal(n_queries, n_keys, valid_lens):
-    i, j, padding = _parts(n_queries, n_keys, valid_lens)
+def strict_diagonal(valid_lens, T):
+    i, j, padding = _parts(valid_lens, T)
     return (j < i) & padding
 
 
-def no_padding(n_queries, n_keys, valid_lens):
-    i, j, _ = _parts(n_queries, n_keys, valid_lens)
-    return (j <= i).expand(len(valid_lens), n_queries, n_keys)
+def no_padding(valid_lens, T):
+    i, j, _ = _parts(valid_lens, T)
+    return (j <= i).expand(len(valid_lens), T, T)
 
 
-def no_look_ahead(n_queries, n_keys, valid_lens):
-    _, _, padding = _parts(n_queries, n_keys, valid_lens)
-    return padding.expand(len(valid_lens), n_queries, n_keys)
+def no_look_ahead(valid_lens, T):
+    _, _, padding = _parts(valid_lens, T)
+    return padding.expand(len(valid_lens), T, T)
 
 
-def upper_triangle(n_queries, n_keys, valid_lens):
-    i, j, padding = _parts(n_queries, n_keys, valid_lens)
+def upper_triangle(valid_lens, T):
+    i, j, padding = _parts(valid_lens, T)
     return (j >= i) & padding  # triu instead of tril
 
 
-def transposed(n_queries, n_keys, valid_lens):
-    i, j, padding = _parts(n_queries, n_keys, valid_lens)
+def transposed(valid_lens, T):
+    i, j, padding = _parts(valid_lens, T)
     return ((j <= i) & padding).transpose(1, 2)  # rows are keys
 
 
-def as_integers(n_queries, n_keys, valid_lens):
-    i, j, padding = _parts(n_queries, n_keys, valid_lens)
+def as_integers(valid_lens, T):
+    i, j, padding = _parts(valid_lens, T)
     return ((j <= i) & padding).int()
 
 
-def padding_off_by_one(n_queries, n_keys, valid_lens):
-    i, j, _ = _parts(n_queries, n_keys, valid_lens)
+def padding_off_by_one(valid_lens, T):
+    i, j, _ = _parts(valid_lens, T)
     return (j <= i) & (j <= valid_lens[:, None, None])
 
 
@@ -125,36 +258,13 @@ def test_mask_notebook_solution_passes(solutions):
     assert passes("transformer.look_ahead_and_padding_mask", ns["look_ahead_and_padding_mask"]).n_checks == 3
 
 
-def _library_mask(n_queries, n_keys, valid_lens, **causal):
-    return cl.causal_mask(n_queries, n_keys, **causal) & cl.valid_lens_to_mask(
-        valid_lens, len(valid_lens), n_queries, n_keys)
-
-
 @pytest.mark.parametrize("variant", [0, 1, 2])
 def test_mask_library_composition_passes(variant):
-    # The exercise follows the library's convention: the queries are the last positions (bottom-right).
-    passes("transformer.look_ahead_and_padding_mask", _library_mask, variant=variant)
+    # An independent right answer: the library's look-ahead mask and padding mask, combined.
+    def composed(valid_lens, T):
+        return cl.causal_mask(T) & cl.padding_mask(valid_lens, T)
 
-
-def test_mask_aligned_top_left_fails_with_the_convention_named():
-    # cl.causal_mask(..., offset=0) is scaled_dot_product_attention's is_causal: right only when n_q == n_k.
-    def top_left(n_q, n_k, lens):
-        return _library_mask(n_q, n_k, lens, offset=0)
-
-    fails_with("transformer.look_ahead_and_padding_mask", top_left,
-               "n_queries=3, n_keys=5", "aligned with the first keys")
-
-
-def test_mask_hidden_variants_include_fewer_queries_than_keys():
-    from course_lib.exercises import _core, transformer
-
-    for variant in (1, 2, 3):
-        token = _core._VARIANT.set(variant)
-        try:
-            cases = transformer._mask_cases()
-        finally:
-            _core._VARIANT.reset(token)
-        assert any(n_q < n_k for n_q, n_k, _ in cases) and any(n_q == n_k for n_q, n_k, _ in cases)
+    passes("transformer.look_ahead_and_padding_mask", composed, variant=variant)
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """Checkers for the exercises of chapter 7, the Transformer architecture.
 
 References are computed here independently of the student's code: layer norm by Python loops in
-float64, masks by a double loop over (query, key), and parameter counts by building the model and
+float64, the encoder block by its equations written out in float64 on the weights of the student's own
+parts, masks by a double loop over (query, key), and parameter counts by building the model and
 counting its tensors (the student derives a closed form).
 """
 
@@ -11,8 +12,11 @@ import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
-from ..transformer import Transformer, TransformerConfig
+from ..multihead import MultiHeadAttention
+from ..transformer import PositionWiseFFN, Transformer, TransformerConfig
 from ..utils import global_state_preserved
 from ._core import (
     book_or_drawn,
@@ -121,54 +125,198 @@ def check_layer_norm(answer: Callable) -> int:
     return count_cases(cases, one) + count_cases([None], constant_row) + count_cases([None], float64_input)
 
 
+# ---------------------------------------------------------------------------------- encoder block
+
+
+def _attention64(attention: MultiHeadAttention, X: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """Multi-head self-attention of ``X`` (B, T, d) with the weights of ``attention``, written out in float64.
+
+    ``keep``: (B, 1, T) bool, ``True`` = attend, or ``None``.
+    """
+    B, T, d = X.shape
+    h = attention.num_heads
+
+    def project(linear: nn.Linear) -> torch.Tensor:  # (B, T, d) -> (B, h, T, d / h)
+        bias = None if linear.bias is None else linear.bias.detach().double()
+        return F.linear(X, linear.weight.detach().double(), bias).view(B, T, h, d // h).transpose(1, 2)
+
+    q, k, v = project(attention.W_q), project(attention.W_k), project(attention.W_v)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d // h)  # (B, h, T, T)
+    if keep is not None:
+        scores = scores.masked_fill(~keep[:, None], -math.inf)
+    heads = torch.softmax(scores, dim=-1) @ v  # (B, h, T, d / h)
+    W_o = attention.W_o
+    bias = None if W_o.bias is None else W_o.bias.detach().double()
+    return F.linear(heads.transpose(1, 2).reshape(B, T, d), W_o.weight.detach().double(), bias)
+
+
+def _reference_block(block: nn.Module, X: torch.Tensor, keep: torch.Tensor | None, *,
+                     mistake: str = "") -> torch.Tensor:
+    """The post-norm encoder block on the parts of ``block``, in float64; ``mistake`` builds a typical wrong one."""
+    ffn = block.ffn
+
+    def F_(x: torch.Tensor) -> torch.Tensor:
+        hidden = F.relu(F.linear(x, ffn.dense1.weight.detach().double(), ffn.dense1.bias.detach().double()))
+        return F.linear(hidden, ffn.dense2.weight.detach().double(), ffn.dense2.bias.detach().double())
+
+    def norm(which: int, x: torch.Tensor) -> torch.Tensor:
+        ln = block.norm1 if which == 1 else block.norm2
+        return F.layer_norm(x, ln.normalized_shape, ln.weight.detach().double(), ln.bias.detach().double(), ln.eps)
+
+    def A(x: torch.Tensor) -> torch.Tensor:
+        return _attention64(block.attention, x, None if mistake == "no mask" else keep)
+
+    if mistake == "pre-norm":
+        Y = X + A(norm(1, X))
+        return Y + F_(norm(2, Y))
+    if mistake == "no residual":
+        Y = norm(1, A(X))
+        return norm(2, F_(Y))
+    if mistake == "norm the branch":
+        Y = X + norm(1, A(X))
+        return Y + norm(2, F_(Y))
+    first, second = (2, 1) if mistake == "norms swapped" else (1, 2)
+    Y = norm(first, X + A(X))
+    if mistake == "ffn reads X":
+        return norm(second, Y + F_(X))
+    if mistake == "second residual adds X":
+        return norm(second, X + F_(Y))
+    return norm(second, Y + F_(Y))
+
+
+def _encoder_block_cases() -> list[tuple[int, int, int, int, list[int] | None]]:
+    """(d, d_ff, h, T, valid_lens or None): the book's cases, or drawn ones in a hidden variant."""
+    def draw(g: torch.Generator) -> list[tuple[int, int, int, int, list[int] | None]]:
+        cases = []
+        for padded in (True, True, False):
+            h = integer(g, 1, 4)
+            d, d_ff, T = h * integer(g, 2, 5), integer(g, 4, 40), integer(g, 2, 7)
+            lens = [integer(g, 1, T) for _ in range(integer(g, 1, 3))] if padded else None
+            cases.append((d, d_ff, h, T, lens))
+        return cases
+
+    return book_or_drawn([(16, 32, 4, 5, [5, 3]), (12, 20, 3, 4, [4, 1, 2]), (8, 16, 2, 6, None)], 10, draw)
+
+
+@checker("transformer.encoder_block",
+         "EncoderBlock(num_hiddens, ffn_num_hiddens, num_heads): the post-norm encoder block from the chapter's parts")
+def check_encoder_block(answer: Callable) -> int:
+    g = generator(10)
+
+    def one(case: tuple[int, int, int, int, list[int] | None]) -> int:
+        d, d_ff, h, T, lens = case
+        built = f"EncoderBlock({d}, {d_ff}, {h})"
+        with global_state_preserved():  # the parts' initialisation draws from the global generator
+            block = call(answer, built, d, d_ff, h)
+        expect(isinstance(block, nn.Module), f"{built}: expected an nn.Module, got {type(block).__name__}")
+        for attr, kind, hint in (
+                ("attention", MultiHeadAttention, f"cl.MultiHeadAttention({d}, {h}, bias=True)"),
+                ("ffn", PositionWiseFFN, f"cl.PositionWiseFFN({d}, {d_ff})"),
+                ("norm1", nn.LayerNorm, f"nn.LayerNorm({d})"), ("norm2", nn.LayerNorm, f"nn.LayerNorm({d})")):
+            part = getattr(block, attr, None)
+            expect(isinstance(part, kind), f"{built}: expected self.{attr} = {hint}, got "
+                                           f"{'nothing' if part is None else type(part).__name__}")
+        expect(block.attention.num_hiddens == d and block.attention.num_heads == h,
+               f"{built}: self.attention must have num_hiddens={d} and num_heads={h}, got "
+               f"{block.attention.num_hiddens} and {block.attention.num_heads}")
+        expect(block.ffn.dense1.out_features == d_ff,
+               f"{built}: the FFN's hidden layer must have ffn_num_hiddens = {d_ff} units, got "
+               f"{block.ffn.dense1.out_features}")
+        expect(block.attention.W_q.bias is not None,
+               f"{built}: the attention projections have no biases; build cl.MultiHeadAttention(..., bias=True), "
+               "as in the paper and nn.MultiheadAttention.")
+        expected_count = 4 * (d * d + d) + 2 * d * d_ff + d_ff + d + 4 * d
+        count = sum(p.numel() for p in block.parameters())
+        expect(count == expected_count, f"{built}: expected {expected_count:,} parameters (4(d^2 + d) for the "
+                                        f"attention, 2 d d_ff + d_ff + d for the FFN, 2 d per layer norm), got "
+                                        f"{count:,}: build the block from exactly these four parts.")
+        with torch.no_grad():  # weights of the checker's choice: the norms' gamma and beta make their order matter
+            for name, p in block.named_parameters():
+                if name.startswith(("norm1", "norm2")):
+                    base = 1.0 if name.endswith("weight") else 0.0
+                    p.copy_(base + 0.5 * torch.randn(p.shape, generator=g, dtype=torch.float64))
+                else:
+                    fan_in = p.shape[-1] if p.dim() == 2 else d
+                    p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) / math.sqrt(fan_in))
+        block = block.double().eval()
+        B = 1 if lens is None else len(lens)
+        X = torch.randn(B, T, d, generator=g, dtype=torch.float64)
+        keep = None if lens is None else torch.arange(T)[None, None, :] < torch.tensor(lens)[:, None, None]
+        name = f"{built} on X of shape {(B, T, d)}" + ("" if lens is None else f", valid_lens = {lens}")
+        args = (X,) if keep is None else (X, keep)
+        with unchanged(f"{name}: your forward changed X in place; compute new tensors", X):
+            got = call(block, name, *args)
+        expect_tensor(got, name, (B, T, d), "(B, T, d)")
+        mistakes = [
+            (lambda: _reference_block(block, X, keep, mistake="pre-norm"),
+             f"{name}: you normalise the sublayer's input (pre-norm, X + MHA(LN(X))). The paper's block, asked "
+             "for here, is post-norm: Y = LN(X + MHA(X, X, X)), then LN(Y + FFN(Y))."),
+            (lambda: _reference_block(block, X, keep, mistake="no residual"),
+             f"{name}: the residual connections are missing: add the sublayer's input to its output before the "
+             "layer norm, LN(X + MHA(X, X, X))."),
+            (lambda: _reference_block(block, X, keep, mistake="norm the branch"),
+             f"{name}: you normalise the sublayer's output and then add X (X + LN(MHA(X))); the layer norm comes "
+             "after the addition: LN(X + MHA(X, X, X))."),
+            (lambda: _reference_block(block, X, keep, mistake="norms swapped"),
+             f"{name}: self.norm1 belongs to the attention sublayer and self.norm2 to the FFN; you use them the "
+             "other way round."),
+            (lambda: _reference_block(block, X, keep, mistake="ffn reads X"),
+             f"{name}: the FFN must read Y = LN(X + MHA(X, X, X)), the output of the first sublayer, not X."),
+            (lambda: _reference_block(block, X, keep, mistake="second residual adds X"),
+             f"{name}: the second residual connection adds the FFN's input Y, not the block's input X: "
+             "LN(Y + FFN(Y))."),
+        ]
+        if keep is not None:
+            mistakes.append((lambda: _reference_block(block, X, keep, mistake="no mask"),
+                             f"{name}: the padding mask is ignored: pass mask to self.attention, so that no "
+                             "query attends to the padded keys."))
+        expect_match(got, _reference_block(block, X, keep), name, mistakes, atol=1e-8, rtol=1e-6)
+        return 1
+
+    return count_cases(_encoder_block_cases(), one)
+
+
 # ------------------------------------------------------------------------------------------- mask
 
 
-def _loop_mask(n_queries: int, n_keys: int, valid_lens: list[int], *, offset: int | None = None,
-               causal: bool = True, padding: bool = True, diagonal: bool = True, upper: bool = False) -> torch.Tensor:
-    """keep[b, i, j] = (j <= i + offset) and (j < valid_lens[b]) by loops; the keywords build typical mistakes.
-
-    ``offset`` is the key position of query 0, by default ``n_keys - n_queries``: the queries are the last
-    positions (bottom-right), the convention of ``cl.causal_mask``; ``offset=0`` aligns them top-left.
-    """
-    offset = n_keys - n_queries if offset is None else offset
-    keep = torch.zeros(len(valid_lens), n_queries, n_keys, dtype=torch.bool)
+def _loop_mask(T: int, valid_lens: list[int], *, causal: bool = True, padding: bool = True,
+               diagonal: bool = True, upper: bool = False) -> torch.Tensor:
+    """keep[b, i, j] = (j <= i) and (j < valid_lens[b]) by loops; the keywords build typical mistakes."""
+    keep = torch.zeros(len(valid_lens), T, T, dtype=torch.bool)
     for b, length in enumerate(valid_lens):
-        for i in range(n_queries):
-            position = i + offset  # the key position of query i
-            for j in range(n_keys):
+        for i in range(T):
+            for j in range(T):
                 if upper:
-                    sees = j >= position
+                    sees = j >= i
                 else:
-                    sees = (j <= position if diagonal else j < position) if causal else True
+                    sees = (j <= i if diagonal else j < i) if causal else True
                 keep[b, i, j] = sees and (j < length if padding else True)
     return keep
 
 
-def _mask_cases() -> list[tuple[int, int, list[int]]]:
-    """(n_queries, n_keys, valid_lens): square masks and one with fewer queries than keys (a cache's case)."""
-    def draw(g: torch.Generator) -> list[tuple[int, int, list[int]]]:
+def _mask_cases() -> list[tuple[list[int], int]]:
+    """(valid_lens, T): the book's cases, or drawn ones in a hidden variant (lengths 0 and T included)."""
+    def draw(g: torch.Generator) -> list[tuple[list[int], int]]:
         cases = []
-        for square in (True, True, False):
-            n_k = integer(g, 3, 7)
-            n_q = n_k if square else integer(g, 1, n_k - 1)
-            cases.append((n_q, n_k, [integer(g, 0, n_k) for _ in range(integer(g, 1, 4))]))
+        for _ in range(3):
+            T = integer(g, 2, 7)
+            cases.append(([integer(g, 0, T) for _ in range(integer(g, 1, 4))], T))
         return cases
 
-    return book_or_drawn([(4, 4, [4, 3]), (5, 5, [2, 5, 1]), (3, 5, [5, 2, 0])], 8, draw)
+    return book_or_drawn([([4, 3], 4), ([2, 5, 1], 5), ([3, 0], 3)], 8, draw)
 
 
 @checker("transformer.look_ahead_and_padding_mask",
-         "look_ahead_and_padding_mask(n_queries, n_keys, valid_lens): bool (batch, n_queries, n_keys), True = attend")
+         "look_ahead_and_padding_mask(valid_lens, T): bool (batch, T, T), True = attend")
 def check_look_ahead_and_padding_mask(answer: Callable) -> int:
-    def one(case: tuple[int, int, list[int]]) -> None:
-        n_q, n_k, lens = case
-        name = f"n_queries={n_q}, n_keys={n_k}, valid_lens={lens}"
-        got = call(answer, name, n_q, n_k, torch.tensor(lens))
-        expected = _loop_mask(n_q, n_k, lens)
+    def one(case: tuple[list[int], int]) -> None:
+        lens, T = case
+        name = f"valid_lens={lens}, T={T}"
+        got = call(answer, name, torch.tensor(lens), T)
+        expected = _loop_mask(T, lens)
         expect_tensor(got, name)
         expect(tuple(got.shape) == tuple(expected.shape),
-               f"{name}: expected shape (batch, n_queries, n_keys) = {tuple(expected.shape)}, got {tuple(got.shape)}")
+               f"{name}: expected shape (batch, T, T) = {tuple(expected.shape)}, got {tuple(got.shape)}")
         expect(got.dtype == torch.bool,
                f"{name}: expected a bool tensor (True = attend), got dtype {got.dtype}; comparisons such as "
                "j <= i give bool tensors, combine them with &")
@@ -178,32 +326,25 @@ def check_look_ahead_and_padding_mask(answer: Callable) -> int:
              f"{name}: your mask is inverted. Here True means *attend* (as in "
              "F.scaled_dot_product_attention and everywhere in course_lib), not *masked out* (the "
              "convention of nn.MultiheadAttention)."),
-            (lambda: _loop_mask(n_q, n_k, lens, offset=0),
-             f"{name}: your queries are aligned with the first keys (query i sees the keys j <= i). As in "
-             "cl.causal_mask, the n_queries queries are the last n_queries positions: query i sits at key "
-             f"position i + n_keys - n_queries = i + {n_k - n_q} and sees the keys j <= i + {n_k - n_q} (with a "
-             "key/value cache, the newest query sees every key)."),
-            (lambda: _loop_mask(n_q, n_k, lens, diagonal=False),
+            (lambda: _loop_mask(T, lens, diagonal=False),
              f"{name}: query i must also see key i (itself): the look-ahead mask keeps j <= i, the diagonal "
              "included. With j < i the first query sees nothing."),
-            (lambda: _loop_mask(n_q, n_k, lens, padding=False),
+            (lambda: _loop_mask(T, lens, padding=False),
              f"{name}: the padding is ignored: key j must also satisfy j < valid_lens[b]."),
-            (lambda: _loop_mask(n_q, n_k, lens, causal=False),
+            (lambda: _loop_mask(T, lens, causal=False),
              f"{name}: the look-ahead part is missing: query i may only see keys j <= i."),
-            (lambda: _loop_mask(n_q, n_k, lens, upper=True),
+            (lambda: _loop_mask(T, lens, upper=True),
              f"{name}: your look-ahead part is transposed: query i must see the keys j <= i (the lower "
              "triangle, torch.tril), not j >= i (torch.triu)."),
+            (expected.transpose(1, 2),
+             f"{name}: your mask is transposed: entry [b, i, j] says whether query i (a row) sees key j "
+             "(a column)."),
         ]
-        if n_q == n_k:
-            mistakes.append((expected.transpose(1, 2),
-                             f"{name}: your mask is transposed: entry [b, i, j] says whether query i (a row) sees "
-                             "key j (a column)."))
 
         def entry_message() -> str:
             wrong = (got != expected).nonzero()[0].tolist()
             return (f"{name}: entry [b, i, j] = {wrong} is {bool(got[tuple(wrong)])}, expected "
-                    f"{bool(expected[tuple(wrong)])} (query i sees key j when j <= i + n_keys - n_queries and "
-                    "j < valid_lens[b]).\n"
+                    f"{bool(expected[tuple(wrong)])} (query i sees key j when j <= i and j < valid_lens[b]).\n"
                     f"  expected for b = {wrong[0]}: {expected[wrong[0]].int().tolist()}\n"
                     f"  got:                  {got[wrong[0]].int().tolist()}")
 

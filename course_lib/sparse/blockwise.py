@@ -200,65 +200,76 @@ def strided_attention(
     return out.squeeze(1) if squeeze else out
 
 
-def _strided(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ell: int, causal: bool, valid: torch.Tensor,
-             lens_q: torch.Tensor | None, dropout_p: float) -> torch.Tensor:
-    """:func:`strided_attention` on checked (B, H, n, d) inputs; ``valid`` (B or 1, 1, n, 1) marks real keys."""
+def _strided(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    ell: int,
+    causal: bool,
+    valid: torch.Tensor,
+    lens_q: torch.Tensor | None,
+    dropout_p: float,
+) -> torch.Tensor:
+    """:func:`strided_attention` on checked (B, H, n, d) inputs; ``valid``
+    (B or 1, 1, n, 1) marks the real keys."""
     n, d, dev = q.shape[2], q.shape[3], q.device
     # (B, H, nb, l, d): position b * l + r sits at [b, r]
     qb = _blocks(q / math.sqrt(d), ell)
     kb, vb, validb = _blocks(k, ell), _blocks(v, ell), _blocks(valid, ell)
-    # (B', 1, nb, 1, l): key s of block b is a real, unpadded position
-    key_ok = validb.transpose(-2, -1)
+    key_ok = validb.transpose(-2, -1)  # (B', 1, nb, 1, l): the real keys
     blk = torch.arange(qb.shape[2], device=dev)
     r = torch.arange(ell, device=dev)
 
-    # Query offset r of block b against key offset s of block b':
-    # i - j = (b - b') l + r - s.
+    # Band: query offset r of block b against key offset s of block b'
+    # is i - j = (b - b') l + r - s; it lies in blocks b and b - 1
+    # (and b + 1 when not causal).
     if causal:
         own = r[None, :] <= r[:, None]
     else:
         own = torch.ones(ell, ell, dtype=torch.bool, device=dev)
     kt = kb.transpose(-2, -1)
-    groups = [
+    before = (r[None, :] > r[:, None]) & key_ok[:, :, :-1]
+    groups = [  # (place, scores, keep, values)
         ("own", qb @ kt, own & key_ok, vb),  # (B, H, nb, l, l)
-        ("prev", qb[:, :, 1:] @ kt[:, :, :-1],  # (B, H, nb - 1, l, l)
-         (r[None, :] > r[:, None]) & key_ok[:, :, :-1], vb[:, :, :-1]),
+        # (B, H, nb - 1, l, l): block b against block b - 1
+        ("prev", qb[:, :, 1:] @ kt[:, :, :-1], before, vb[:, :, :-1]),
     ]
     if not causal:
+        after = (r[None, :] < r[:, None]) & key_ok[:, :, 1:]
         groups.append(
-            ("next", qb[:, :, :-1] @ kt[:, :, 1:],  # (B, H, nb - 1, l, l)
-             (r[None, :] < r[:, None]) & key_ok[:, :, 1:], vb[:, :, 1:])
+            ("next", qb[:, :, :-1] @ kt[:, :, 1:], after, vb[:, :, 1:])
         )
-    # Column: offset r of the other blocks; with the block axes transposed,
-    # (B, H, l, nb, d).
-    if causal:  # (nb query, nb key)
+    # Column: offset r of the other blocks; with the block axes
+    # transposed, (B, H, l, nb, d), one (nb, nb) score matrix per r.
+    if causal:
         column = blk[None, :] < blk[:, None]
     else:
         column = blk[None, :] != blk[:, None]
-    # (B', 1, l, 1, nb)
+    # (B', 1, l, 1, nb): the real keys of the column
     column_ok = validb[..., 0].transpose(2, 3).unsqueeze(3)
     qc, kc = qb.transpose(2, 3), kb.transpose(2, 3)
     groups.append(
         ("column", qc @ kc.transpose(-2, -1),  # (B, H, l, nb, nb)
          column & column_ok, vb.transpose(2, 3))
     )
+    if lens_q is not None:  # a length per query: keys j < valid_lens[b, i]
+        groups = _strided_query_lengths(groups, lens_q, ell, blk, r)
+    # The softmax over the union of the groups, then (B, H, n, d_v).
+    return _merge_groups(groups, dropout_p).flatten(2, 3)[:, :, :n]
 
-    if lens_q is not None:
-        # per-query lengths: key j must also satisfy j < valid_lens[b, i]
-        lens = _query_lengths(lens_q, ell)  # (B, 1, nb, l, 1)
-        key_pos = {
-            "own": blk[:, None, None] * ell + r,
-            "prev": (blk[1:, None, None] - 1) * ell + r,
-            "next": (blk[:-1, None, None] + 1) * ell + r,
-            "column": blk * ell + r[:, None, None],
-        }
-        groups = [
-            (place, s,
-             keep & (key_pos[place] < _from_common(lens, place)), vals)
-            for place, s, keep, vals in groups
-        ]
 
-    return _merge_groups(groups, dropout_p).flatten(2, 3)[:, :, :n]  # (B, H, n, d_v)
+def _strided_query_lengths(groups: list, lens_q: torch.Tensor, ell: int, blk: torch.Tensor,
+                           r: torch.Tensor) -> list:
+    """The groups of :func:`_strided` with key ``j`` also kept only where ``j < valid_lens[b, i]``."""
+    lens = _query_lengths(lens_q, ell)  # (B, 1, nb, l, 1)
+    key_pos = {
+        "own": blk[:, None, None] * ell + r,
+        "prev": (blk[1:, None, None] - 1) * ell + r,
+        "next": (blk[:-1, None, None] + 1) * ell + r,
+        "column": blk * ell + r[:, None, None],
+    }
+    return [(place, s, keep & (key_pos[place] < _from_common(lens, place)), vals)
+            for place, s, keep, vals in groups]
 
 
 def fixed_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, stride: int, c: int = 1,
