@@ -7,8 +7,10 @@ width. The shared drawing primitives (canvas, boxes, arrows, stacks, the palette
 """
 
 from .attention import attention_pooling_diagram, scoring_pipeline_diagram
+from .decoding import beam_search_diagram, kv_cache_diagram, teacher_forcing_diagram
 from .multihead import multihead_diagram
 from .rnn import bahdanau_diagram
+from .subwords import bpe_merges_diagram
 from .transformer import transformer_diagram
 
 __all__ = [
@@ -17,4 +19,8 @@ __all__ = [
     "bahdanau_diagram",
     "multihead_diagram",
     "transformer_diagram",
+    "teacher_forcing_diagram",
+    "kv_cache_diagram",
+    "beam_search_diagram",
+    "bpe_merges_diagram",
 ]
