@@ -130,6 +130,8 @@ class TrainHistory:
         steps: optimiser steps taken.
         train_loss: the training loss of every step (``train_loss[i]`` is step ``i + 1``).
         learning_rates: the learning rate of every step.
+        grad_norms: the global gradient norm of every step, before clipping (empty when ``clip`` is off):
+            how often, and by how much, clipping shrank the step.
         epoch_loss: the token-weighted mean training loss of every completed epoch.
         valid_steps: the step after which each validation loss was measured.
         valid_loss: the validation losses (token-weighted mean over the whole split).
@@ -149,6 +151,7 @@ class TrainHistory:
     steps: int = 0
     train_loss: list[float] = field(default_factory=list)
     learning_rates: list[float] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
     epoch_loss: list[float] = field(default_factory=list)
     valid_steps: list[int] = field(default_factory=list)
     valid_loss: list[float] = field(default_factory=list)
@@ -389,6 +392,7 @@ class _TrainingRun:
                                     amp=str(self.amp_dtype).replace("torch.", "") if self.amp_dtype else "off")
         self.has_valid = len(data.valid) > 0 and self.world.rank == 0
         self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (loss, n_tokens), read back in chunks
+        self.pending_norms: list[torch.Tensor] = []  # gradient norms before clipping, read back with them
         self.epoch_loss = self.epoch_tokens = 0.0
 
     @contextlib.contextmanager
@@ -422,7 +426,9 @@ class _TrainingRun:
         self.scaler.scale(objective).backward()
         if clip:
             self.scaler.unscale_(self.optimizer)
-            nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+            # the norm before clipping, read back with the losses
+            norm = nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+            self.pending_norms.append(norm.detach().float())
         self.history.learning_rates.append(self.optimizer.param_groups[0]["lr"])
         self.scaler.step(self.optimizer)
         self.scaler.update()
@@ -462,6 +468,9 @@ class _TrainingRun:
             return
         values = torch.stack([torch.stack([loss, n]) for loss, n in self.pending]).cpu().tolist()
         self.pending.clear()
+        if self.pending_norms:
+            self.history.grad_norms += torch.stack(self.pending_norms).cpu().tolist()
+            self.pending_norms.clear()
         for loss, n in values:
             self.history.train_loss.append(loss)
             self.history.tokens += int(n)

@@ -510,20 +510,25 @@ class TransformerDecoder(_Stack):
             memory_mask=memory_mask,
         )
 
-    def step(self, tokens: torch.Tensor,
-             state: TransformerDecoderState) -> tuple[torch.Tensor, TransformerDecoderState]:
-        """Feed the next token(s) and get their logits, attending to the cached past.
+    # Chapter 8 shows this method (literalinclude :pyobject:): its lines fit the book's 79 columns.
+    def step(
+        self, tokens: torch.Tensor, state: TransformerDecoderState
+    ) -> tuple[torch.Tensor, TransformerDecoderState]:
+        """Feed the next token(s) and get their logits, using the caches.
 
         Args:
-            tokens: (B, T_new) ids at positions ``state.offset, ..., state.offset + T_new - 1``.
+            tokens: (B, T_new) ids at positions ``state.offset``, ...,
+                ``state.offset + T_new - 1``.
             state: from :meth:`init_state` or the previous call; left unchanged.
 
         Returns:
             logits (B, T_new, V) and the new state.
         """
-        state = state.next_step()
-        X = self.embed(tokens, state.offset)
-        for block, self_cache, memory_kv in zip(self.blocks, state.self_caches, state.memory_kv, strict=True):
+        state = state.next_step()  # copies of the caches, which grow below
+        X = self.embed(tokens, state.offset)  # the new positions only
+        layers = zip(self.blocks, state.self_caches, state.memory_kv, strict=True)
+        for block, self_cache, memory_kv in layers:
+            # appends the new keys and values to self_cache, attends to all
             X = block.step(X, self_cache, memory_kv, state.memory_mask)
         state.offset += tokens.shape[1]
         return self.dense(self.norm(X)), state

@@ -9,6 +9,7 @@ from course_lib.data import (
     SPECIAL_TOKENS,
     Seq2SeqData,
     SubwordTokenizer,
+    bpe_merge_step,
     clean_text,
     load_fra_eng,
     load_fra_eng_subwords,
@@ -128,3 +129,75 @@ def test_seq2seqdata_requires_tokenizers_for_subwords(tmp_path):
     with pytest.raises(ValueError, match="src_tokenizer and tgt_tokenizer"):
         Seq2SeqData(data.train, data.valid, data.test, data.src_vocab, data.tgt_vocab, data.references, "subword",
                     "x")
+
+
+# --- bpe_merge_step: the merge loop written out, for the book's figure and exercise --------------------------
+
+LES = {"les": 9, "des": 1, "ses": 2, "est": 4, "elle": 5, "elles": 1, "belle": 3, "belles": 1}  # 8.1's word list
+
+
+def _merges(counts: dict[str, int], n: int) -> list[tuple[str, str]]:
+    words, merges = {tuple(w): c for w, c in counts.items()}, []
+    for _ in range(n):
+        pair, words = bpe_merge_step(words)
+        merges.append(pair)
+    return merges
+
+
+def test_merge_steps_are_hugging_face_bpe_trainers_merges_on_a_word_list_without_ties():
+    # The trainer SubwordTokenizer uses, on the words themselves (whitespace pre-tokenizer, no byte level):
+    # the same pairs in the same order while no two pairs tie (the two break ties differently).
+    import json
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    alphabet = sorted({ch for word in LES for ch in word})
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=len(alphabet) + 7, min_frequency=0, show_progress=False)
+    tokenizer.train_from_iterator([" ".join([word] * count) for word, count in LES.items()], trainer=trainer)
+    theirs = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m)
+              for m in json.loads(tokenizer.to_str())["model"]["merges"]]
+    assert _merges(LES, 7) == theirs == [("l", "e"), ("le", "s"), ("e", "l"), ("el", "le"), ("e", "s"), ("es", "t"),
+                                         ("b", "elle")]
+
+
+@settings(max_examples=60)
+@given(st.dictionaries(st.text("abc", min_size=1, max_size=6).map(tuple), st.integers(1, 5), min_size=1, max_size=5))
+def test_a_step_merges_a_most_frequent_pair_everywhere_and_keeps_the_words(words):
+    # Brute force: count every adjacent position, weighted by the word's count.
+    counts = {}
+    for word, n in words.items():
+        for i in range(len(word) - 1):
+            counts[word[i:i + 2]] = counts.get(word[i:i + 2], 0) + n
+    before = dict(words)
+    result = bpe_merge_step(words)
+    assert words == before  # the argument is not changed
+    if not counts:
+        assert result is None
+        return
+    (a, b), merged = result
+    assert counts[(a, b)] == max(counts.values())
+    first = next(p for word in words for p in zip(word, word[1:], strict=False) if counts[p] == max(counts.values()))
+    assert (a, b) == first  # on a tie, the pair met first
+    assert sum(merged.values()) == sum(words.values())
+    assert sorted("".join(w) * n for w, n in merged.items()) == sorted("".join(w) * n for w, n in words.items())
+    for word in merged:  # no occurrence of the pair is left unmerged
+        assert (a, b) not in zip(word, word[1:], strict=False)
+
+
+def test_overlapping_occurrences_merge_from_the_left():
+    assert bpe_merge_step({("a", "a", "a"): 1}) == (("a", "a"), {("aa", "a"): 1})
+    assert bpe_merge_step({("a", "a", "a", "a"): 2}) == (("a", "a"), {("aa", "aa"): 2})
+    assert bpe_merge_step({("x",): 3}) is None
+
+
+@pytest.mark.parametrize(("words", "error", "match"), [
+    (["low"], TypeError, "mapping"),
+    ({"low": 1}, TypeError, "tuple of str"),
+    ({("l", "o"): 0}, ValueError, "positive"),
+    ({("l", "o"): 1.5}, ValueError, "positive"),
+])
+def test_bad_word_lists_are_refused(words, error, match):
+    with pytest.raises(error, match=match):
+        bpe_merge_step(words)

@@ -15,6 +15,10 @@ LABELS = {
                             "feed-forward (FFN)", "look-ahead\nmask", "softmax", "positional\nencoding"],
     "norm_placement_diagram": ["LayerNorm", "post-norm (the paper)\n$\\mathbf{X}' = \\mathrm{LN}(\\mathbf{X} + "
                                "F(\\mathbf{X}))$"],
+    "teacher_forcing_diagram": ["<bos>", "<eos>", "position t"],
+    "kv_cache_diagram": ["$k_4$", "$v_4$", "$q_4$", "step 4"],
+    "beam_search_diagram": ["<bos>", "A  0.5", "<eos>  0.288", "<eos>  0.135", "step 3"],
+    "bpe_merges_diagram": ["1: l+e", "7: b+elle", "belles ×1", "elle"],
 }
 
 
@@ -39,3 +43,27 @@ def test_diagrams_reject_sizes_they_cannot_draw():
         diagrams.multihead_diagram(num_heads=9)
     with pytest.raises(ValueError, match="num_keys"):
         diagrams.attention_pooling_diagram(num_keys=1)
+
+
+def test_chapter_8_diagrams_reject_sizes_they_cannot_draw():
+    with pytest.raises(ValueError, match="steps"):
+        diagrams.kv_cache_diagram(steps=6)
+    with pytest.raises(ValueError, match="target"):
+        diagrams.teacher_forcing_diagram("a" * 12)
+    with pytest.raises(ValueError, match="num_merges"):
+        diagrams.bpe_merges_diagram(num_merges=0)
+
+
+def test_the_bpe_figure_draws_the_merges_of_bpe_merge_step():
+    from course_lib.data import bpe_merge_step
+
+    fig = diagrams.bpe_merges_diagram({"low": 5, "lower": 2, "newest": 6, "widest": 3}, num_merges=3)
+    try:
+        headers = [t.get_text() for t in fig.axes[0].texts if t.get_text()[:1].isdigit()]
+        words, pairs = {("l", "o", "w"): 5, ("l", "o", "w", "e", "r"): 2, tuple("newest"): 6, tuple("widest"): 3}, []
+        for _ in range(3):
+            pair, words = bpe_merge_step(words)
+            pairs.append(pair)
+        assert headers == [f"{k}: {a}+{b}" for k, (a, b) in enumerate(pairs, start=1)]
+    finally:
+        matplotlib.pyplot.close(fig)

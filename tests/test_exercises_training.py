@@ -238,3 +238,113 @@ def test_label_smoothing_python_float_is_rejected():
 
     fails_with("training.label_smoothed_masked_ce", returns_float, "expected a scalar tensor")
 
+
+
+# --- training.beam_search -----------------------------------------------------------------------
+
+
+def _beam(next_log_probs, eos, max_len, beam_size, alpha, *, penalty=True, refill=False, stop_at_best=False,
+          eos_in_length=True, keep_eos=False, greedy=False, best_child_only=False):
+    """A beam search written for these tests (dicts, not the checker's lists): the defaults are right, each switch
+    is a typical bug."""
+    K = 1 if greedy else beam_size
+
+    def norm(tokens, score):
+        n = len(tokens) - (1 if tokens and tokens[-1] == eos and not eos_in_length else 0)
+        return score / ((5 + n) / 6) ** alpha if penalty else score
+
+    beam, done = {(): 0.0}, {}
+    for _ in range(max_len):
+        candidates = {}
+        for tokens, score in beam.items():
+            if tokens and tokens[-1] == eos:
+                candidates[tokens] = score
+                continue
+            logp = next_log_probs(list(tokens)).tolist()
+            options = range(len(logp)) if not best_child_only else [max(range(len(logp)), key=logp.__getitem__)]
+            for v in options:
+                candidates[tokens + (v,)] = score + logp[v]
+        order = sorted(candidates, key=lambda t: norm(t, candidates[t]), reverse=True)
+        if refill:
+            done.update({t: candidates[t] for t in order[:K] if t[-1] == eos})
+            order = [t for t in order if t[-1] != eos]
+        beam = {t: candidates[t] for t in order[:K]}
+        best = max(beam, key=lambda t: norm(t, beam[t]), default=None)
+        if not beam or all(t[-1] == eos for t in beam) or (stop_at_best and best[-1] == eos):
+            break
+    pool = {**done, **beam}
+    best = max(pool, key=lambda t: norm(t, pool[t]))
+    return list(best) if keep_eos or not best or best[-1] != eos else list(best[:-1])
+
+
+def test_beam_notebook_solution_passes(solution_function):
+    answer = solution_function("ch08-ex-beam", "beam_search")
+    assert passes("training.beam_search", answer).n_checks >= 13
+    for variant in (1, 2):
+        passes("training.beam_search", answer, variant=variant)
+
+
+def test_beam_independent_implementation_passes_every_variant():
+    for variant in (0, 1, 2, 3):
+        passes("training.beam_search", _beam, variant=variant)
+
+
+def test_beam_reference_is_the_librarys_beam_search_on_a_transformer():
+    # The checker's list-based reference and course_lib's batched, cached beam search agree token for token.
+    torch.manual_seed(0)
+    model = cl.Transformer(cl.TransformerConfig(9, 8, num_hiddens=16, ffn_num_hiddens=32, num_heads=2,
+                                                num_enc_layers=1, num_dec_layers=2, dropout=0.0)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(2.5)  # confident, varied distributions
+    src = torch.tensor([[4, 5, 6, 2], [7, 2, 0, 0], [8, 3, 5, 2]])
+    lens = torch.tensor([4, 2, 4])
+    for b in range(3):
+        def next_log_probs(prefix, b=b):
+            tgt_in = torch.tensor([[1, *prefix]])
+            with torch.no_grad():
+                return torch.log_softmax(model(src[b:b + 1], lens[b:b + 1], tgt_in)[0, -1].double(), -1)
+
+        for beam_size in (1, 2, 3, 5):
+            for alpha in (0.0, 0.6, 1.5):
+                ours = training_checkers._reference_beam(next_log_probs, 2, 7, beam_size, alpha)
+                lib = cl.beam_search(model, src[b:b + 1], lens[b:b + 1], 7, bos=1, eos=2, beam_size=beam_size,
+                                     length_penalty=alpha)[0]
+                assert ours == lib, (b, beam_size, alpha)
+                assert _beam(next_log_probs, 2, 7, beam_size, alpha) == ours
+
+
+def test_beam_cases_expose_every_mistake_in_every_variant():
+    from course_lib.exercises._core import _VARIANT
+
+    for variant in (0, 1, 2):
+        token = _VARIANT.set(variant)
+        try:
+            cases = training_checkers._beam_cases()
+        finally:
+            _VARIANT.reset(token)
+        for kw, _ in training_checkers._BEAM_MISTAKES:
+            wrong = sum(training_checkers._reference_beam(m, e, n, k, a, **kw)
+                        != training_checkers._reference_beam(m, e, n, k, a) for _, m, e, n, k, a in cases)
+            assert wrong >= 2, (variant, kw)
+
+
+@pytest.mark.parametrize(
+    ("switch", "hint"),
+    [
+        (dict(penalty=False), "log-probability alone"),
+        (dict(eos_in_length=False), "leaves <eos> out of |y|"),
+        (dict(refill=True), "stays in the beam"),
+        (dict(stop_at_best=True), "as soon as the best hypothesis had finished"),
+        (dict(keep_eos=True), "leave <eos> out"),
+        (dict(greedy=True), "greedy decoding's answer"),
+        (dict(best_child_only=True), "greedy decoding's answer"),
+    ],
+)
+def test_beam_wrong_answers_fail_with_hint(switch, hint):
+    fails_with("training.beam_search", lambda *args: _beam(*args, **switch), hint)
+
+
+def test_beam_answers_of_the_wrong_type_are_refused():
+    fails_with("training.beam_search", lambda *args: torch.tensor(_beam(*args)).float(), "list of int")
+    fails_with("training.beam_search", lambda *args: None, "list of int")

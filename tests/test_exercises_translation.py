@@ -237,3 +237,91 @@ def test_normalize_pair_library_pipeline_passes():
 def test_normalize_pair_wrong_answers_fail_with_hint(answer, hint):
     fails_with("translation.normalize_pair", answer, hint)
 
+
+
+# --- translation.bpe_merge_step -----------------------------------------------------------------
+
+
+def _merge(words, *, weighted=True, every_position=True, tie="first", first_only=False, mutate=False,
+           pair_as_string=False):
+    """A merge step written for these tests (a Counter and a scan): the defaults are right, each switch a bug."""
+    counts = Counter()
+    for word, n in words.items():
+        pairs = list(zip(word, word[1:], strict=False))
+        for pair in (pairs if every_position else dict.fromkeys(pairs)):
+            counts[pair] += n if weighted else 1
+    if not counts:
+        return None
+    top = max(counts.values())
+    tied = [p for p in counts if counts[p] == top]
+    best = {"first": tied[0], "last": tied[-1], "alphabetical": min(tied)}[tie]
+    new = {}
+    for word, n in words.items():
+        out, i, done = [], 0, False
+        while i < len(word):
+            if tuple(word[i:i + 2]) == best and not done:
+                out.append(word[i] + word[i + 1])
+                i += 2
+                done = first_only
+            else:
+                out.append(word[i])
+                i += 1
+        new[tuple(out)] = new.get(tuple(out), 0) + n
+    if mutate:
+        words.clear()
+        words.update(new)
+        new = words
+    return (best[0] + best[1] if pair_as_string else best), new
+
+
+def test_bpe_notebook_solution_passes(solution_function):
+    answer = solution_function("ch08b-ex-bpe", "bpe_merge_step")
+    assert passes("translation.bpe_merge_step", answer).n_checks == 7
+    for variant in (1, 2):
+        passes("translation.bpe_merge_step", answer, variant=variant)
+
+
+def test_bpe_independent_answer_passes_and_equals_the_library():
+    for variant in (0, 1, 2, 3):
+        passes("translation.bpe_merge_step", _merge, variant=variant)
+    words = {tuple(w): n for w, n in {"les": 9, "des": 1, "ses": 2, "est": 4, "elle": 5, "elles": 1}.items()}
+    for _ in range(6):
+        assert _merge(words) == cl.data.bpe_merge_step(words)
+        words = _merge(words)[1]
+
+
+@pytest.mark.parametrize(
+    ("switch", "hint"),
+    [
+        (dict(weighted=False), "weight it by the word's count"),
+        (dict(every_position=False), "count every position"),
+        (dict(first_only=True), "merge every occurrence"),
+        (dict(tie="last"), "the pair met last"),
+        (dict(tie="alphabetical"), "alphabetically smallest"),
+        (dict(mutate=True), "changed its argument"),
+        (dict(pair_as_string=True), "not the merged string"),
+    ],
+)
+def test_bpe_wrong_answers_fail_with_hint(switch, hint):
+    fails_with("translation.bpe_merge_step", lambda words: _merge(words, **switch), hint)
+
+
+def test_bpe_no_pair_must_give_none():
+    fails_with("translation.bpe_merge_step",
+               lambda words: _merge(words) if any(len(w) > 1 for w in words) else ((None, None), {}), "return None")
+
+
+def test_bpe_cases_expose_every_mistake_in_every_variant():
+    from course_lib.exercises import translation as translation_checkers
+    from course_lib.exercises._core import _VARIANT
+
+    for variant in (0, 1, 2, 3):
+        token = _VARIANT.set(variant)
+        try:
+            lists = translation_checkers._bpe_lists()
+        finally:
+            _VARIANT.reset(token)
+        for kw, _ in translation_checkers._BPE_MISTAKES:
+            words = [{tuple(w): n for w, n in text.items()} for text in lists]
+            assert any(translation_checkers._sennrich_step(w, **kw) != translation_checkers._sennrich_step(w)
+                       for w in words), (variant, kw)

@@ -271,6 +271,28 @@ def test_gradient_clipping_rescales_what_the_optimizer_sees_like_clip_grad_norm(
             torch.testing.assert_close(c, g * scale)
 
 
+def test_history_records_each_steps_gradient_norm_before_clipping(monkeypatch):
+    # The norm of the gradients as backward left them (before clipping), for every step; none without clipping.
+    data = reverse_data(n_train=48)
+    model = _model(data)
+    params = list(model.parameters())
+    current, norms = {}, []
+    for p in params:
+        p.register_post_accumulate_grad_hook(lambda p: current.__setitem__(p, p.grad.detach().clone()))
+
+    class RecordingAdam(torch.optim.Adam):
+        def step(self, closure=None):
+            norms.append(math.sqrt(sum(float((current[p] ** 2).sum()) for p in params)))
+            return super().step(closure)
+
+    monkeypatch.setattr(torch.optim, "Adam", RecordingAdam)
+    history = train_seq2seq(model, data, epochs=2, batch_size=16, clip=0.05, device="cpu", progress=False)
+    assert len(history.grad_norms) == history.steps == len(norms) == 6
+    assert history.grad_norms == pytest.approx(norms, rel=1e-5)
+    unclipped = train_seq2seq(_model(data), data, epochs=1, batch_size=16, clip=None, device="cpu", progress=False)
+    assert unclipped.grad_norms == []
+
+
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [

@@ -9,6 +9,12 @@ The version in the footer: ``{version}`` in the theme's ``extra_footer`` (_confi
 package's version from pyproject.toml (the same as ``course_lib.__version__`` and CITATION.cff, checked
 by tests/test_packaging.py), which is also Sphinx's ``version`` and ``release``.
 
+Sections numbered in reading order: a numbered page with pages of its own below it in the toc (chapter 8,
+whose section 8.1 is a page of its own) gives the numbers x.1, x.2, ... to those pages, and its own headings
+are not numbered. Sphinx numbers a page's headings and its child pages in one sequence, in the order they
+sit in the page, so the child page read after the whole chapter became 8.15 (after the chapter's 8.1-8.14),
+or 8.1 read after 8.2-8.15 when its toctree stood at the top. See :func:`number_subpages_in_reading_order`.
+
 Bibliography labels as the citations read: the ``course`` pybtex style is unsrt with labels
 "Author, year", "Author and Author, year" or "Author et al., year" (sphinxcontrib-bibtex's
 author_year citations) instead of "[VSP+17]", sorted by author and year.
@@ -21,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from docutils import nodes
+from sphinx import addnodes
 from sphinx.application import Sphinx
 
 
@@ -58,6 +65,67 @@ def set_version(app: Sphinx, config) -> None:
     options = config.html_theme_options
     if "{version}" in options.get("extra_footer", ""):
         options["extra_footer"] = options["extra_footer"].replace("{version}", version)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Section numbers in reading order
+
+
+def _child_pages(env, docname: str) -> list[str]:
+    """The pages listed in the toctrees of ``docname``'s table of contents, in order."""
+    return [ref for toctree in env.tocs[docname].findall(addnodes.toctree) for _, ref in toctree["entries"]
+            if ref in env.tocs]
+
+
+def _renumber(env, docname: str, old: tuple[int, ...], new: tuple[int, ...]) -> list[str]:
+    """Replace the prefix ``old`` of every section number of ``docname`` and of the pages below it by ``new``."""
+    def moved(number):
+        return new + tuple(number[len(old):]) if number and tuple(number[:len(old)]) == old else number
+
+    numbers = env.toc_secnumbers.get(docname, {})
+    for anchor, number in numbers.items():
+        numbers[anchor] = moved(number)
+    for reference in env.tocs[docname].findall(nodes.reference):
+        if reference.get("secnumber"):
+            reference["secnumber"] = list(moved(tuple(reference["secnumber"])))
+    title = env.titles.get(docname)
+    if title is not None and title.get("secnumber"):
+        title["secnumber"] = list(moved(tuple(title["secnumber"])))
+    return [docname] + [page for child in _child_pages(env, docname) for page in _renumber(env, child, old, new)]
+
+
+def number_subpages_in_reading_order(app: Sphinx, env) -> list[str]:
+    """On a numbered page with pages of its own in the toc, number those pages x.1, x.2, ... and not its headings.
+
+    Runs after Sphinx has numbered the sections (``env-get-updated``, after the TocTreeCollector and
+    sphinx-multitoc-numbering's numbering at priority 500). Sphinx numbers a page's headings and its
+    child pages in one sequence; here the page's own headings lose their numbers (the empty number
+    ``()``, which the HTML writer shows as none) and the k-th child page, with everything below it,
+    takes the number of the page followed by k. The root page is left alone.
+
+    Returns:
+        The pages whose numbers changed (Sphinx writes them again).
+    """
+    changed: list[str] = []
+    for docname in list(env.tocs):
+        numbers = env.toc_secnumbers.get(docname, {})
+        prefix = numbers.get("")
+        children = _child_pages(env, docname) if docname != app.config.root_doc else []
+        if not prefix or not children:
+            continue
+        prefix = tuple(prefix)
+        for anchor in numbers:
+            if anchor:
+                numbers[anchor] = ()
+        for reference in env.tocs[docname].findall(nodes.reference):
+            if reference.get("anchorname"):
+                reference["secnumber"] = None
+        for k, child in enumerate(children, start=1):
+            old = tuple(env.toc_secnumbers.get(child, {}).get("") or ())
+            if old:
+                changed += _renumber(env, child, old, prefix + (k,))
+        changed.append(docname)
+    return changed
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -117,4 +185,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("config-inited", set_version)
     # sphinx-book-theme adds the launch buttons at priority 501; run after it.
     app.connect("html-page-context", remove_launch_buttons_without_code, priority=600)
+    # After Sphinx's section numbering (env-get-updated, priority 500).
+    app.connect("env-get-updated", number_subpages_in_reading_order, priority=600)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

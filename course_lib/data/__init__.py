@@ -19,7 +19,7 @@ from .dates import (
 )
 from .download import download_fra_eng
 from .paths import DATA_DIR_ENV, DataNotFoundError, data_dir, find_data_file
-from .subword import SubwordTokenizer, clean_text, load_fra_eng_subwords
+from .subword import SubwordTokenizer, bpe_merge_step, clean_text, load_fra_eng_subwords
 from .translation import FRA_ENG_FILE, fra_eng_file, load_fra_eng, normalize_text, read_sentence_pairs, tokenize_words
 from .vocab import SPECIAL_TOKENS, Vocab
 
@@ -37,6 +37,7 @@ __all__ = [
     "Seq2SeqData",
     "Vocab",
     "ambiguous_date_strings",
+    "bpe_merge_step",
     "build_references",
     "clean_text",
     "data_dir",

@@ -21,14 +21,15 @@ from __future__ import annotations
 import json
 import os
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 
 from .._validation import check_int, check_positive_int, check_probability
 from .dataset import Pair, Seq2SeqData, build_references, split_by_source
 from .translation import fra_eng_file, normalize_text, read_sentence_pairs, tokenize_words
 from .vocab import SPECIAL_TOKENS, Vocab
 
-__all__ = ["SubwordTokenizer", "clean_text", "load_fra_eng_subwords"]
+__all__ = ["SubwordTokenizer", "bpe_merge_step", "clean_text", "load_fra_eng_subwords"]
 
 
 def clean_text(text: str) -> str:
@@ -49,6 +50,58 @@ def clean_text(text: str) -> str:
     text = unicodedata.normalize("NFC", text)
     chars = [" " if c.isspace() or unicodedata.category(c) == "Zs" else c for c in text]
     return " ".join("".join(chars).split())
+
+
+def bpe_merge_step(words: Mapping[tuple[str, ...], int]) -> tuple[tuple[str, str], dict[tuple[str, ...], int]] | None:
+    """One step of byte-pair encoding on a word list: the most frequent adjacent pair becomes one symbol.
+
+    The algorithm :meth:`SubwordTokenizer.train` runs (through Hugging Face ``tokenizers``) on the bytes of
+    the training text, written out on a small word list for the book's figure. A pair's count is the sum,
+    over the words, of the word's count times the number of positions where the pair occurs in it; the
+    most frequent pair (on a tie, the one met first reading the words in order, each from left to right)
+    is merged in every word, its occurrences replaced from left to right.
+
+    Args:
+        words: ``{symbols: count}``, each word a tuple of symbols (one character each at the start).
+
+    Returns:
+        ``((a, b), new_words)``: the merged pair and the words with ``a b`` written as one symbol ``a + b``
+        (the argument is not changed), or ``None`` when no word has two symbols left.
+
+    Raises:
+        TypeError: ``words`` is not a mapping of tuples of str to int.
+        ValueError: a count is not positive.
+
+    Examples:
+        >>> bpe_merge_step({("l", "o", "w"): 5, ("l", "o", "w", "e", "r"): 2, ("n", "e", "w"): 3})
+        (('l', 'o'), {('lo', 'w'): 5, ('lo', 'w', 'e', 'r'): 2, ('n', 'e', 'w'): 3})
+    """
+    if not isinstance(words, Mapping):
+        raise TypeError(f"words must be a mapping {{tuple of symbols: count}}, got {type(words).__name__}")
+    for word, count in words.items():
+        if not isinstance(word, tuple) or not all(isinstance(symbol, str) for symbol in word):
+            raise TypeError(f"each word must be a tuple of str symbols, got {word!r}")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"each count must be a positive int, got {count!r} for {word!r}")
+    pairs: Counter[tuple[str, str]] = Counter()
+    for word, count in words.items():
+        for pair in zip(word, word[1:], strict=False):
+            pairs[pair] += count
+    if not pairs:
+        return None
+    best = max(pairs, key=pairs.__getitem__)  # max keeps the first of equal counts: the pair met first
+    merged: dict[tuple[str, ...], int] = {}
+    for word, count in words.items():
+        out, i = [], 0
+        while i < len(word):
+            if word[i:i + 2] == best:
+                out.append(best[0] + best[1])
+                i += 2
+            else:
+                out.append(word[i])
+                i += 1
+        merged[tuple(out)] = merged.get(tuple(out), 0) + count
+    return best, merged
 
 
 class SubwordTokenizer:

@@ -7,9 +7,11 @@ width. The shared drawing primitives (canvas, boxes, arrows, stacks, the palette
 """
 
 from .attention import attention_pooling_diagram, scoring_pipeline_diagram
+from .decoding import beam_search_diagram, kv_cache_diagram, teacher_forcing_diagram
 from .multihead import multihead_diagram
 from .normalization import norm_placement_diagram
 from .rnn import bahdanau_diagram
+from .subwords import bpe_merges_diagram
 from .transformer import transformer_diagram
 
 __all__ = [
@@ -19,4 +21,8 @@ __all__ = [
     "multihead_diagram",
     "transformer_diagram",
     "norm_placement_diagram",
+    "teacher_forcing_diagram",
+    "kv_cache_diagram",
+    "beam_search_diagram",
+    "bpe_merges_diagram",
 ]

@@ -3,7 +3,8 @@
 The references are computed independently of the code paths the exercises ask for: greedy
 decoding by rerunning the teacher-forcing ``forward`` on the whole prefix, one sentence at a time
 and without padding (never ``decode_step`` or the key/value cache); the label-smoothed loss with
-``torch.nn.functional.cross_entropy(..., label_smoothing=eps, ignore_index=...)`` in float64.
+``torch.nn.functional.cross_entropy(..., label_smoothing=eps, ignore_index=...)`` in float64; beam
+search by a list-based search over a next-token function (never ``course_lib.decode``'s batched one).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch.nn.functional as F
 from ..utils import seeded
 from ._core import (
     ExerciseFailure,
+    book_or_drawn,
     call,
     checker,
     close,
@@ -27,6 +29,7 @@ from ._core import (
     expect_none_of,
     expect_same,
     generator,
+    integer,
 )
 
 _BOS, _EOS = 1, 2
@@ -299,3 +302,188 @@ def check_label_smoothed_masked_ce(answer: Callable) -> int:
         return 2
 
     return count_cases(_ls_cases(), one)
+
+
+# --- beam search over a next-token model ---------------------------------------------------------
+#
+# The student's beam_search(next_log_probs, eos, max_len, beam_size, alpha) sees the model only through
+# next_log_probs(prefix) -> (V,) log-probabilities of the next token after the list ``prefix`` (no <bos>).
+# The reference below is written for clarity (lists, one sort per step), independently of
+# course_lib.decode.beam_search's batched tensors; the tests pin the two together on a Transformer.
+
+
+def _lp(length: int, alpha: float) -> float:
+    """GNMT's length penalty ((5 + |y|) / 6) ** alpha, |y| counting <eos>."""
+    return ((5 + length) / 6) ** alpha
+
+
+def _reference_beam(next_log_probs: Callable, eos: int, max_len: int, beam_size: int, alpha: float, *,
+                    penalty: bool = True, keep_finished: bool = True, stop: str = "all",
+                    eos_in_length: bool = True) -> list[int]:
+    """Beam search as the exercise states it; the keyword switches are typical mistakes (for the hints).
+
+    ``penalty=False`` ranks by the raw log-probability; ``keep_finished=False`` moves a finished
+    hypothesis out of the beam into a list and refills the beam with live ones; ``stop="best"`` stops as
+    soon as the best hypothesis has finished; ``eos_in_length=False`` leaves <eos> out of |y|.
+    """
+    def done(tokens: tuple[int, ...]) -> bool:
+        return bool(tokens) and tokens[-1] == eos
+
+    def key(hyp: tuple[tuple[int, ...], float]) -> float:
+        tokens, score = hyp
+        if not penalty:
+            return score
+        return score / _lp(len(tokens) - (0 if eos_in_length or not done(tokens) else 1), alpha)
+
+    beam: list[tuple[tuple[int, ...], float]] = [((), 0.0)]
+    finished: list[tuple[tuple[int, ...], float]] = []
+    for _ in range(max_len):
+        candidates = []
+        for tokens, score in beam:
+            if done(tokens):
+                candidates.append((tokens, score))
+                continue
+            logp = next_log_probs(list(tokens))
+            candidates += [(tokens + (v,), score + float(logp[v])) for v in range(logp.shape[0])]
+        ranked = sorted(candidates, key=key, reverse=True)
+        if keep_finished:
+            beam = ranked[:beam_size]
+        else:
+            finished += [h for h in ranked[:beam_size] if done(h[0])]
+            beam = [h for h in ranked if not done(h[0])][:beam_size]
+        if not beam or all(done(t) for t, _ in beam) or (stop == "best" and done(max(beam, key=key)[0])):
+            break
+    best = max(beam + finished, key=key)[0]
+    return list(best[:-1]) if done(best) else list(best)
+
+
+class _TableModel:
+    """A next-token model from a table {prefix (tuple): probabilities}, ``default`` for the other prefixes."""
+
+    def __init__(self, table: dict[tuple[int, ...], list[float]], default: list[float]) -> None:
+        self.table, self.default = table, default
+
+    def __call__(self, prefix) -> torch.Tensor:
+        probs = self.table.get(tuple(int(t) for t in prefix), self.default)
+        return torch.tensor(probs, dtype=torch.float64).log()
+
+
+class _RandomModel:
+    """A fixed random next-token model over V tokens: the log-probabilities after a prefix are drawn from
+    a generator seeded by the prefix, so the same prefix always gets the same distribution."""
+
+    def __init__(self, seed: int, V: int, eos: int, sharpness: float) -> None:
+        self.seed, self.V, self.eos, self.sharpness = seed, V, eos, sharpness
+
+    def __call__(self, prefix) -> torch.Tensor:
+        key = self.seed
+        for t in prefix:
+            key = (key * 1_000_003 + int(t) + 1) % (2**61 - 1)
+        g = torch.Generator().manual_seed(key)
+        logits = self.sharpness * torch.randn(self.V, generator=g, dtype=torch.float64)
+        logits[self.eos] += 0.7 * len(prefix) - 1.5  # rarely at once, more often as the prefix grows
+        return torch.log_softmax(logits, dim=0)
+
+
+# The figure's toy model (course_lib.diagrams.beam_search_diagram): tokens A = 0, B = 1, <eos> = 2.
+_TOY_TABLE = {
+    (): [0.5, 0.4, 0.1],
+    (0,): [0.15, 0.45, 0.4],
+    (1,): [0.8, 0.1, 0.1],
+    (0, 1): [0.2, 0.2, 0.6],
+    (1, 0): [0.05, 0.05, 0.9],
+}
+_TOY_DEFAULT = [0.3, 0.3, 0.4]
+
+
+def _beam_cases() -> list[tuple[str, Callable, int, int, int, float]]:
+    """(description, model, eos, max_len, beam_size, alpha): random models of several sizes and widths, drawn
+    until each mistake of ``_BEAM_MISTAKES`` and greedy decoding gives a wrong answer on two of them."""
+    g = generator(23)
+    cases, exposes = [], [0] * (len(_BEAM_MISTAKES) + 1)
+    for k in range(400):
+        V = integer(g, 3, 6)
+        eos = integer(g, 0, V - 1)
+        beam_size = integer(g, 2, min(4, V))
+        alpha = (0.0, 0.6, 1.0, 2.0)[k % 4]
+        model = _RandomModel(integer(g, 0, 2**31 - 1), V, eos, (1.0, 2.0, 3.0)[k % 3])
+        max_len = integer(g, 3, 7)
+        expected = _reference_beam(model, eos, max_len, beam_size, alpha)
+        wrong = [_reference_beam(model, eos, max_len, beam_size, alpha, **kw) != expected for kw, _ in _BEAM_MISTAKES]
+        wrong.append(_reference_beam(model, eos, max_len, 1, alpha) != expected)
+        new = [i for i, w in enumerate(wrong) if w and exposes[i] < 2]
+        if new or (len(cases) < 8 and k % 5 == 0):
+            for i in new:
+                exposes[i] += 1
+            cases.append((f"a random model over {V} tokens (<eos> = {eos}), beam_size={beam_size}, alpha={alpha}, "
+                          f"max_len={max_len}", model, eos, max_len, beam_size, alpha))
+        if min(exposes) >= 2 and len(cases) >= 12:
+            break
+    return cases
+
+
+def _as_tokens(got: object, case: str) -> list[int]:
+    if isinstance(got, torch.Tensor):
+        got = got.tolist()
+    expect(isinstance(got, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in got),
+           f"{case}: return the best sequence as a list of int token ids, got {got!r}")
+    return list(got)
+
+
+_BEAM_MISTAKES = [
+    (dict(penalty=False), "you ranked the hypotheses by their log-probability alone; with alpha > 0 rank them by "
+                          "log P(y|x) / lp(y), lp(y) = ((5 + |y|) / 6) ** alpha, when choosing the beam at every "
+                          "step and the answer at the end"),
+    (dict(eos_in_length=False), "your length penalty leaves <eos> out of |y|; here |y| counts it (as cl.beam_search "
+                                "does)"),
+    (dict(keep_finished=False), "you moved finished hypotheses out of the beam; here a hypothesis that has produced "
+                                "<eos> stays in the beam, unchanged, and competes with the live ones for the "
+                                "beam_size places at every step"),
+    (dict(stop="best"), "you stopped as soon as the best hypothesis had finished; go on until every hypothesis in "
+                        "the beam has finished (or max_len steps): with alpha > 0 a longer one can still overtake"),
+]
+
+
+@checker("training.beam_search",
+         "beam_search(next_log_probs, eos, max_len, beam_size, alpha): the best sequence by log P / lp, <eos> cut off")
+def check_beam_search(answer: Callable) -> int:
+    def toy() -> None:
+        # The figure's model: greedy decoding gives A B (probability 0.135), the beam of 2 finds B A (0.288).
+        model = _TableModel(_TOY_TABLE, _TOY_DEFAULT)
+        got = _as_tokens(call(answer, "the figure's toy model, beam_size=2", model, 2, 5, 2, 0.0), "toy model")
+        expect(2 not in got, f"on the figure's toy model (<eos> = 2) you returned {got}: leave <eos> out of the "
+                             "returned sequence")
+        greedy = _reference_beam(model, 2, 5, 1, 0.0)
+        expect_same(got, [1, 0], [(greedy, f"on the figure's toy model you returned {got}, greedy decoding's answer "
+                                           "(A B, probability 0.135): keep the beam_size best prefixes at every step, "
+                                           "not only the best one")],
+                    otherwise=f"on the figure's toy model (A = 0, B = 1, <eos> = 2) with beam_size=2 the answer is "
+                              f"[1, 0] (B A, probability 0.288), got {got}")
+
+    cases = _beam_cases()
+
+    def random_models(_: None) -> int:
+        # All answers first: a hint names a mistake only when it explains every answer.
+        got = [_as_tokens(call(answer, name, model, eos, max_len, beam_size, alpha), name)
+               for name, model, eos, max_len, beam_size, alpha in cases]
+        expected = [_reference_beam(model, eos, max_len, k, alpha) for _, model, eos, max_len, k, alpha in cases]
+        wrong = [i for i, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b]
+        if not wrong:
+            return len(cases)
+        i = wrong[0]
+        name, model, eos, max_len, beam_size, alpha = cases[i]
+        expect(eos not in got[i], f"{name}: your sequence {got[i]} contains <eos> ({eos}); leave it out (and stop a "
+                                  "hypothesis there)")
+        expect(len(got[i]) <= max_len, f"{name}: your sequence has {len(got[i])} tokens; at most max_len={max_len}")
+        for kw, hint in _BEAM_MISTAKES:
+            if all(g == _reference_beam(m, e, n, k, a, **kw) for g, (_, m, e, n, k, a) in zip(got, cases, strict=True)):
+                raise ExerciseFailure(f"{name}: {hint}. Expected {expected[i]}, got {got[i]}")
+        greedy = [_reference_beam(m, e, n, 1, a) for _, m, e, n, _, a in cases]
+        expect(got != greedy, f"{name}: you returned greedy decoding's answer {got[i]}; keep beam_size={beam_size} "
+                              f"hypotheses at every step (expected {expected[i]})")
+        raise ExerciseFailure(f"{name}: expected {expected[i]}, got {got[i]}. At every step extend each live "
+                              "hypothesis by every token, keep finished ones as they are, and keep the beam_size "
+                              "candidates with the best log P / lp")
+
+    toy_case = book_or_drawn([toy], 29, lambda g: [])  # the hidden variants draw only random models
+    return count_cases(toy_case, lambda step: step()) + count_cases([None], random_models)

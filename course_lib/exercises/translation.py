@@ -1,9 +1,10 @@
 """Checkers for the exercises of chapter 8.1, translating English to French.
 
 The references are computed here independently of :mod:`course_lib.metrics` and
-:mod:`course_lib.data.translation`, which the exercises ask the student to rebuild: n-gram counts by
-brute-force loops over positions, the brevity penalty from its closed form, and the normalised
-sentence pairs written out by hand.
+:mod:`course_lib.data`, which the exercises ask the student to rebuild: n-gram counts by
+brute-force loops over positions, the brevity penalty from its closed form, the normalised
+sentence pairs written out by hand, and a BPE merge the way Sennrich et al.'s reference code does it
+(words as space-separated strings, the pair replaced by a regular expression).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import torch
 
@@ -309,3 +311,149 @@ def check_normalize_pair(answer: Callable) -> int:
 
     return (count_cases(pairs, good) + count_cases(spaces, french_spaces)
             + count_cases([attribution], with_attribution) + count_cases(malformed, bad))
+
+
+# --- translation.bpe_merge_step -----------------------------------------------------------------
+
+
+def _sennrich_step(words: dict[tuple[str, ...], int], *, weighted: bool = True, every_position: bool = True,
+                   tie: str = "first", all_occurrences: bool = True) -> tuple[tuple[str, str], dict] | None:
+    """One merge the way Sennrich et al.'s reference code does it: words as space-separated strings, the pair
+    replaced by a regular expression. The keyword switches are typical mistakes (for the hints)."""
+    import re
+
+    counts: dict[tuple[str, str], int] = {}
+    for word, n in words.items():
+        seen = set()
+        for i in range(len(word) - 1):
+            pair = (word[i], word[i + 1])
+            if not every_position and pair in seen:
+                continue
+            seen.add(pair)
+            counts[pair] = counts.get(pair, 0) + (n if weighted else 1)
+    if not counts:
+        return None
+    top = max(counts.values())
+    tied = [p for p in counts if counts[p] == top]  # in the order first met
+    best = {"first": tied[0], "last": tied[-1], "alphabetical": min(tied)}[tie]
+    pattern = re.compile(r"(?<!\S)" + re.escape(best[0] + " " + best[1]) + r"(?!\S)")
+    merged: dict[tuple[str, ...], int] = {}
+    for word, n in words.items():
+        text = pattern.sub(best[0] + best[1], " ".join(word), count=0 if all_occurrences else 1)
+        key = tuple(text.split(" "))
+        merged[key] = merged.get(key, 0) + n
+    return best, merged
+
+
+def _bpe_words(text: dict[str, int]) -> dict[tuple[str, ...], int]:
+    return {tuple(w): n for w, n in text.items()}
+
+
+# 8.1's word list (the figure), Sennrich et al.'s, one where the counts decide, one where a pair occurs twice
+# in a word, and a three-way tie (met first, met last and alphabetically first are three different pairs).
+_LES = {"les": 9, "des": 1, "ses": 2, "est": 4, "elle": 5, "elles": 1, "belle": 3, "belles": 1}
+_SENNRICH = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
+_WEIGHTED = {"abc": 1, "abd": 1, "abe": 1, "cd": 5}
+_OVERLAP = {"aaaa": 2, "aab": 1, "bc": 4}
+_TIES = {"sa": 2, "le": 2, "ou": 2}
+
+
+def _draw_word_lists(g: torch.Generator) -> list[dict[str, int]]:
+    """Hidden variants: random word lists over a few letters (repeats make ties and overlaps likely), then the
+    kinds of the book's cases drawn anew: the counts decide, a pair occurs twice in a word, a three-way tie."""
+    letters = "abcde"
+    lists = []
+    for _ in range(5):
+        words = {}
+        for _ in range(integer(g, 2, 6)):
+            word = "".join(letters[integer(g, 0, 4)] for _ in range(integer(g, 1, 6)))
+            words[word] = integer(g, 1, 9)
+        lists.append(words)
+    a, b, c, d = (chr(ord("f") + integer(g, 0, 4) + 5 * i) for i in range(4))  # four different letters
+    n = integer(g, 4, 9)
+    lists.append({a + b + c: 1, a + b + d: 1, a + b + a: 1, c + d: n})  # 3 x (a, b) once against (c, d) n times
+    lists.append({a * 4: 2, a * 2 + b: 1, b + c: 4})  # (a, a) three times in one word
+    shuffled = sorted("".join(chr(ord("a") + integer(g, 0, 25)) for _ in range(2)) for _ in range(3))
+    if len(set(shuffled)) == 3 and all(len(set(p)) == 2 for p in shuffled):
+        first, middle, last = shuffled[1], shuffled[0], shuffled[2]
+        lists.append({first: 3, middle: 3, last: 3})  # met first, alphabetically first, met last: three pairs
+    else:
+        lists.append(_TIES)
+    return lists
+
+
+def _bpe_lists() -> list[dict[str, int]]:
+    """The word lists of the merge-step checker: the book's, or drawn anew in a hidden variant."""
+    return book_or_drawn([_LES, _SENNRICH, _WEIGHTED, _OVERLAP, _TIES], 31, _draw_word_lists)
+
+
+def _as_merge(result: object, case: str) -> tuple[tuple[str, str], dict[tuple[str, ...], int]] | None:
+    if result is None:
+        return None
+    if (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], str)):
+        raise ExerciseFailure(f"{case}: return the pair as a tuple of two symbols, e.g. ('l', 'e'), not the merged "
+                              f"string {result[0]!r}")
+    ok = (isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[0], tuple)
+          and len(result[0]) == 2 and isinstance(result[1], dict))
+    expect(ok, f"{case}: return ((a, b), new_words): the merged pair and a dict {{tuple of symbols: count}}, "
+               f"got {result!r}")
+    for word in result[1]:
+        expect(isinstance(word, tuple) and all(isinstance(s, str) for s in word),
+               f"{case}: the keys of the returned dict must be tuples of str symbols, got {word!r}")
+    return (tuple(result[0]), dict(result[1]))
+
+
+_BPE_MISTAKES = [
+    (dict(weighted=False), "you counted each pair once per word; weight it by the word's count (a word seen 9 "
+                           "times contributes 9)"),
+    (dict(every_position=False), "you counted a pair once per word even where it occurs twice; count every position"),
+    (dict(all_occurrences=False), "you merged only the first occurrence of the pair in a word; merge every "
+                                  "occurrence, from left to right"),
+    (dict(tie="last"), "on a tie you took the pair met last; take the pair met first (reading the words in order, "
+                       "each from left to right): max() and Counter.most_common() both do"),
+    (dict(tie="alphabetical"), "on a tie you took the alphabetically smallest pair; take the pair met first (reading "
+                               "the words in order, each from left to right)"),
+]
+
+
+@checker("translation.bpe_merge_step",
+         "bpe_merge_step(words) -> ((a, b), new_words): merge the most frequent adjacent pair, weighted by counts")
+def check_bpe_merge_step(answer: Callable) -> int:
+    lists = _bpe_lists()
+
+    def one(case: tuple[int, dict[str, int]]) -> None:
+        k, text = case
+        words = _bpe_words(text)
+        name = f"the word list {text}"
+        with unchanged(f"{name}: your function changed its argument; build a new dict", words):
+            got = _as_merge(call(answer, name, words), name)
+        expected = _sennrich_step(words)
+        if got == expected:
+            return
+        expect(got is not None, f"{name}: there are pairs to merge, but your function returned None")
+        expect_same(got, expected, [(partial(_sennrich_step, words, **kw), f"{name}: {hint}. Expected {expected}, "
+                                                                          f"got {got}")
+                                    for kw, hint in _BPE_MISTAKES],
+                    same=lambda a, b: a == b,
+                    otherwise=f"{name}: expected {expected}, got {got}")
+
+    def no_pair() -> None:
+        words = {("a",): 3, ("b",): 1}
+        got = call(answer, "words of one symbol each", words)
+        expect(got is None, f"words of one symbol each have no pair to merge: return None, got {got!r}")
+
+    def seven_merges() -> None:
+        # Applied again and again, the step makes the figure's seven merges.
+        words, expected = _bpe_words(_LES), []
+        for _ in range(7):
+            pair, words = _sennrich_step(words)
+            expected.append(pair)
+        words, got = _bpe_words(_LES), []
+        for step in range(7):
+            result = _as_merge(call(answer, f"merge {step + 1} on the figure's word list", words), "figure")
+            expect(result is not None, f"merge {step + 1} on the figure's word list: your function returned None")
+            pair, words = result
+            got.append(pair)
+        expect(got == expected, f"seven merges on the figure's word list: expected {expected}, got {got}")
+
+    return count_cases(enumerate(lists), one) + count_cases([no_pair, seven_merges], lambda step: step())
