@@ -7,7 +7,7 @@ width. The shared drawing primitives (canvas, boxes, arrows, stacks, the palette
 """
 
 from .attention import attention_pooling_diagram, scoring_pipeline_diagram
-from .multihead import multihead_diagram
+from .multihead import cross_attention_diagram, head_split_diagram, multihead_diagram, qkv_projection_diagram
 from .rnn import bahdanau_diagram
 from .transformer import transformer_diagram
 
@@ -16,5 +16,8 @@ __all__ = [
     "scoring_pipeline_diagram",
     "bahdanau_diagram",
     "multihead_diagram",
+    "qkv_projection_diagram",
+    "head_split_diagram",
+    "cross_attention_diagram",
     "transformer_diagram",
 ]
