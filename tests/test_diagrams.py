@@ -9,8 +9,13 @@ from course_lib import diagrams
 LABELS = {
     "attention_pooling_diagram": ["softmax", "weighted\nsum", "query\n$\\mathbf{q}$"],
     "scoring_pipeline_diagram": ["masked\nsoftmax", "valid_lens", "batched\nmatmul"],
-    "bahdanau_diagram": ["GRU", "keys = values = encoder states", "query"],
-    "multihead_diagram": ["concatenate heads", "scaled dot-product\nattention, head 1"],
+    "bahdanau_diagram": ["GRU", "keys = values = encoder states", "query", "next step",
+                         "$\\mathbf{s}_0 = \\mathbf{h}_{T_s}$", "$\\mathbf{e}(x_{1})$"],
+    "multihead_diagram": ["concatenate heads", "scaled dot-product\nattention, head 1", "mask\n(optional)",
+                          "$\\mathbf{W}_q^{(1)}$", "$\\mathbf{W}_v^{(h)}$"],
+    "qkv_projection_diagram": ["$\\mathbf{X}$", "$\\mathbf{Q}$", "$\\mathbf{K}$", "$\\mathbf{V}$", "$n \\times d_v$"],
+    "head_split_diagram": ["head", "h", "$d_h$", "(batch, $h$, $T$, $d_h$)"],
+    "cross_attention_diagram": ["$T_s$", "$\\mathbf{A}$", "$\\mathbf{A}\\mathbf{V}$", "decoder\n(target)"],
     "transformer_diagram": ["multi-head\ncross-attention", "masked multi-head\nself-attention", "add & norm",
                             "feed-forward (FFN)", "look-ahead\nmask", "softmax", "positional\nencoding"],
     "norm_placement_diagram": ["LayerNorm", "post-norm (the paper)\n$\\mathbf{X}' = \\mathrm{LN}(\\mathbf{X} + "
@@ -41,6 +46,8 @@ def test_diagram_returns_a_labelled_figure_that_fits_the_column(name):
 def test_diagrams_reject_sizes_they_cannot_draw():
     with pytest.raises(ValueError, match="num_heads"):
         diagrams.multihead_diagram(num_heads=9)
+    with pytest.raises(ValueError, match="num_heads"):
+        diagrams.head_split_diagram(num_heads=1)
     with pytest.raises(ValueError, match="num_keys"):
         diagrams.attention_pooling_diagram(num_keys=1)
 

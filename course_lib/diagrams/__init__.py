@@ -8,7 +8,7 @@ width. The shared drawing primitives (canvas, boxes, arrows, stacks, the palette
 
 from .attention import attention_pooling_diagram, scoring_pipeline_diagram
 from .decoding import beam_search_diagram, kv_cache_diagram, teacher_forcing_diagram
-from .multihead import multihead_diagram
+from .multihead import cross_attention_diagram, head_split_diagram, multihead_diagram, qkv_projection_diagram
 from .normalization import norm_placement_diagram
 from .rnn import bahdanau_diagram
 from .subwords import bpe_merges_diagram
@@ -19,6 +19,9 @@ __all__ = [
     "scoring_pipeline_diagram",
     "bahdanau_diagram",
     "multihead_diagram",
+    "qkv_projection_diagram",
+    "head_split_diagram",
+    "cross_attention_diagram",
     "transformer_diagram",
     "norm_placement_diagram",
     "teacher_forcing_diagram",
