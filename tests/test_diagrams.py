@@ -9,6 +9,7 @@ from course_lib import diagrams
 LABELS = {
     "attention_pooling_diagram": ["softmax", "weighted\nsum", "query\n$\\mathbf{q}$"],
     "scoring_pipeline_diagram": ["masked\nsoftmax", "valid_lens", "batched\nmatmul"],
+    "qkv_projection_diagram": ["tokens $\\mathbf{X}$\n$T \\times d$", "learned linear maps"],
     "bahdanau_diagram": ["GRU", "keys = values = encoder states", "query"],
     "multihead_diagram": ["concatenate heads", "scaled dot-product\nattention, head 1"],
     "transformer_diagram": ["cross-attention", "masked self-attention", "add & norm",

@@ -68,3 +68,24 @@ def test_the_query_and_each_key_flow_into_the_scoring_boxes(num_keys):
         assert not into_keys, f"arrows end at a key box: {into_keys}"
     finally:
         matplotlib.pyplot.close(fig)
+
+
+def test_qkv_projections_each_map_the_tokens_to_one_output():
+    # X feeds every W box; each W box feeds exactly one output, the one of its own letter.
+    fig = diagrams.qkv_projection_diagram()
+    try:
+        ax = fig.axes[0]
+        boxes = dict(_boxes(ax))
+        (x_box,) = [b for label, b in boxes.items() if label.startswith("tokens")]
+        arrows = _arrows(ax)
+        for sub, big in (("q", "Q"), ("k", "K"), ("v", "V")):
+            (w_box,) = [b for label, b in boxes.items() if label.startswith(rf"$\mathbf{{W}}_{sub}$")]
+            (out_box,) = [b for label, b in boxes.items() if rf"$\mathbf{{{big}}} = " in label]
+            assert rf"\mathbf{{W}}_{sub}^\top" in next(lb for lb, b in boxes.items() if b == out_box)
+            into_w = [start for start, end in arrows if _on_left_edge(end, w_box)]
+            assert len(into_w) == 1 and abs(into_w[0][0] - x_box[2]) < 1e-6, f"X does not feed W_{sub}"
+            into_out = [start for start, end in arrows if _on_left_edge(end, out_box)]
+            assert len(into_out) == 1 and abs(into_out[0][0] - w_box[2]) < 1e-6
+            assert w_box[1] <= into_out[0][1] <= w_box[3], f"{big} is not fed by W_{sub}"
+    finally:
+        matplotlib.pyplot.close(fig)

@@ -7,6 +7,7 @@ width. The shared drawing primitives (canvas, boxes, arrows, stacks, the palette
 """
 
 from .attention import attention_pooling_diagram, scoring_pipeline_diagram
+from .attention import qkv_projection_diagram
 from .multihead import multihead_diagram
 from .rnn import bahdanau_diagram
 from .transformer import transformer_diagram
@@ -14,6 +15,7 @@ from .transformer import transformer_diagram
 __all__ = [
     "attention_pooling_diagram",
     "scoring_pipeline_diagram",
+    "qkv_projection_diagram",
     "bahdanau_diagram",
     "multihead_diagram",
     "transformer_diagram",

@@ -75,3 +75,29 @@ def scoring_pipeline_diagram() -> Figure:
     ax.text(9.4, 1.35, "(batch, n_q, d_v)", ha="center", va="top", fontsize=FONT - 1)
     ax.set_title("Attention scoring: score, mask, normalise, pool", fontsize=FONT + 1)
     return fig
+
+
+def qkv_projection_diagram() -> Figure:
+    """Where queries, keys and values come from (chapter 1): three learned linear maps of the same
+    tokens, ``Q = X W_q^T``, ``K = X W_k^T``, ``V = X W_v^T``, with the tokens as rows.
+
+    After the "Linear Transformations" figure of the GCPDS notes, in the book's layout (a weight
+    matrix is out x in, as ``nn.Linear.weight``).
+    """
+    fig, ax = canvas(7.8, 3.3, 13.0, 5.5)
+    x_box = box(ax, 1.4, 2.75, 2.0, 1.4, "tokens $\\mathbf{X}$\n$T \\times d$", "op")
+    rows = [
+        (4.5, "q", "query", "d_k", "queries", "Q"),
+        (2.75, "k", "key", "d_k", "keys", "K"),
+        (1.0, "v", "value", "d_v", "values", "V"),
+    ]
+    for y, sub, kind, size, name, big in rows:
+        w_box = box(ax, 5.6, y, 2.6, 1.0, rf"$\mathbf{{W}}_{sub}$" "\n" rf"${size} \times d$", "op")
+        out_box = box(ax, 10.4, y, 3.6, 1.0,
+                      rf"{name} $\mathbf{{{big}}} = \mathbf{{X}}\mathbf{{W}}_{sub}^\top$" "\n"
+                      rf"$T \times {size}$", kind)
+        arrow(ax, (x_box[2], 2.75), (w_box[0], y))
+        arrow(ax, (w_box[2], y), (out_box[0], y))
+    ax.text(5.6, 5.3, "learned linear maps", ha="center", fontsize=FONT)
+    ax.set_title("Queries, keys and values: three projections of the same tokens", fontsize=FONT + 1)
+    return fig
