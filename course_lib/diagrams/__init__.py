@@ -6,8 +6,11 @@ smaller than 9 points (10 px at the 80 dpi the notebooks use), so they stay legi
 width. The shared drawing primitives (canvas, boxes, arrows, stacks, the palette) are in ``_draw``.
 """
 
-from .attention import attention_pooling_diagram, scoring_pipeline_diagram
-from .attention import qkv_projection_diagram
+from .attention import (
+    attention_pooling_diagram,
+    qkv_projection_diagram,
+    scoring_pipeline_diagram,
+)
 from .multihead import multihead_diagram
 from .rnn import bahdanau_diagram
 from .transformer import transformer_diagram
