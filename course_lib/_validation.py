@@ -47,6 +47,23 @@ def check_same_size(a: torch.Tensor, a_name: str, a_dim: int, b: torch.Tensor, b
         )
 
 
+def check_scalar_regression(queries: object, keys: object, values: object) -> None:
+    """The inputs of Nadaraya–Watson regression on scalars (:class:`~course_lib.NWKernelRegression`).
+
+    ``queries`` (n_queries,); ``keys`` (n_keys,), shared by every query, or (n_queries, n_keys), one set
+    per query; ``values`` shaped like ``keys``; all floating point.
+    """
+    check_floating(queries, "queries")
+    check_ndim(queries, "queries", 1, "(n_queries,)")
+    check_floating(keys, "keys")
+    check_ndim(keys, "keys", (1, 2), "(n_keys,) or (n_queries, n_keys)")
+    check_floating(values, "values")
+    if values.shape != keys.shape:
+        raise ValueError(f"values must have the shape of keys {tuple(keys.shape)}, got {tuple(values.shape)}")
+    if keys.dim() == 2:
+        check_same_size(queries, "queries", 0, keys, "keys", 0)
+
+
 def check_positive(value: float, name: str) -> None:
     """Raise ``ValueError`` unless ``value`` is a finite positive number."""
     if isinstance(value, torch.Tensor):

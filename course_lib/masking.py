@@ -408,18 +408,25 @@ def masked_softmax(
     return softmax_with_keep(X, keep)
 
 
-def softmax_with_keep(scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """The masked softmax itself, for a checked keep-mask (what :func:`masked_softmax` computes).
+def softmax_with_keep(
+    scores: torch.Tensor, keep: torch.Tensor
+) -> torch.Tensor:
+    """The masked softmax itself, for a checked keep-mask.
+
+    What :func:`masked_softmax` computes once lengths and masks are one
+    keep-mask. (Its lines fit the book's column: chapter 3 shows them.)
 
     Args:
         scores: (..., n_queries, n_keys) floating point.
         keep: bool, broadcastable to ``scores``, ``True`` = attend.
 
     Returns:
-        Weights shaped like ``scores``; masked keys get exactly 0 and a row with no key is all zeros.
+        Weights shaped like ``scores``; masked keys get exactly 0 and a row
+        with no key is all zeros.
 
     Examples:
-        >>> softmax_with_keep(torch.zeros(2, 3), torch.tensor([[True, True, False], [False] * 3]))
+        >>> keep = torch.tensor([[True, True, False], [False] * 3])
+        >>> softmax_with_keep(torch.zeros(2, 3), keep)
         tensor([[0.5000, 0.5000, 0.0000],
                 [0.0000, 0.0000, 0.0000]])
     """

@@ -23,6 +23,7 @@ from ._validation import (
     check_non_negative_int,
     check_positive,
     check_same_size,
+    check_scalar_regression,
     check_tensor,
 )
 from .kernels import gaussian_kernel, get_kernel
@@ -117,7 +118,7 @@ def nadaraya_watson(x_train: torch.Tensor, y_train: torch.Tensor, x_query: torch
 
 
 class NWKernelRegression(nn.Module):
-    r"""Nadaraya–Watson regression with a learnable Gaussian width :math:`w` (the notes' eq. 15).
+    r"""Nadaraya–Watson regression with a learnable Gaussian width :math:`w` (chapter 2).
 
     .. math:: f(x) = \sum_i \operatorname{softmax}_i\!\left(-\tfrac12 ((x - x_i) w)^2\right) y_i
 
@@ -159,26 +160,13 @@ class NWKernelRegression(nn.Module):
             on, the weights (n_queries, n_keys) are kept in
             ``.attention_weights``.
         """
-        check_floating(queries, "queries")
-        check_ndim(queries, "queries", 1, "(n_queries,)")
-        check_floating(keys, "keys")
-        check_ndim(keys, "keys", (1, 2), "(n_keys,) or (n_queries, n_keys)")
-        check_floating(values, "values")
-        if values.shape != keys.shape:
-            raise ValueError(
-                f"values must have the shape of keys {tuple(keys.shape)}, "
-                f"got {tuple(values.shape)}"
-            )
-        if keys.dim() == 1:
-            n = len(queries)
-            keys, values = keys.expand(n, -1), values.expand(n, -1)
-        else:
-            check_same_size(queries, "queries", 0, keys, "keys", 0)
+        check_scalar_regression(queries, keys, values)
+        # scores -((x - x_i) w)^2 / 2, one row per query: (n_queries, n_keys)
         scores = -((queries[:, None] - keys) * self.w).pow(2) / 2
         weights = torch.softmax(scores, dim=-1)
         if self.record_weights:
             self.attention_weights = weights.detach()
-        return (weights * values).sum(-1)
+        return (weights * values).sum(-1)  # (n_queries,)
 
 
 def leave_one_out(x: torch.Tensor) -> torch.Tensor:

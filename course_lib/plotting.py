@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.ticker import MaxNLocator
 
 __all__ = ["BOOK_STYLE", "COLUMN_WIDTH", "use_book_style", "show_heatmaps", "plot_kernels",
            "plot_regression", "plot_curves"]
@@ -67,7 +68,8 @@ def show_heatmaps(matrices: torch.Tensor, xlabel: str = "Keys", ylabel: str = "Q
         xlabel, ylabel: axis labels (bottom row / first column).
         titles: one title per column.
         figsize: size of one panel, enlarged where token labels need room (0.17 in per label).
-        xticklabels, yticklabels: token strings for the key and query axes.
+        xticklabels, yticklabels: token strings for the key and query axes; without them the axes show
+            integer key and query indices.
         suptitle: a title above the whole grid.
         share_scale: one colour scale for all panels, from 0 to the largest entry of ``matrices``, with
             one colour bar; ``False`` gives each panel its own scale and colour bar (for matrices of very
@@ -112,10 +114,15 @@ def show_heatmaps(matrices: torch.Tensor, xlabel: str = "Keys", ylabel: str = "Q
                 ax.set_ylabel(ylabel)
             if titles is not None and i == 0:
                 ax.set_title(titles[j])
+            # Without token labels the ticks are key and query indices: integers only.
             if xticklabels is not None:
                 ax.set_xticks(range(len(xticklabels)), xticklabels, rotation=90)
+            else:
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             if yticklabels is not None:
                 ax.set_yticks(range(len(yticklabels)), yticklabels)
+            else:
+                ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     if share_scale:
         fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
     if suptitle:

@@ -9,11 +9,11 @@ from course_lib import diagrams
 LABELS = {
     "attention_pooling_diagram": ["softmax", "weighted\nsum", "query\n$\\mathbf{q}$"],
     "scoring_pipeline_diagram": ["masked\nsoftmax", "valid_lens", "batched\nmatmul"],
+    "qkv_projection_diagram": ["tokens $\\mathbf{X}$\n$T \\times d$", "learned linear maps"],
     "bahdanau_diagram": ["GRU", "keys = values = encoder states", "query", "next step",
                          "$\\mathbf{s}_0 = \\mathbf{h}_{T_s}$", "$\\mathbf{e}(x_{1})$"],
     "multihead_diagram": ["concatenate heads", "scaled dot-product\nattention, head 1", "mask\n(optional)",
                           "$\\mathbf{W}_q^{(1)}$", "$\\mathbf{W}_v^{(h)}$"],
-    "qkv_projection_diagram": ["$\\mathbf{X}$", "$\\mathbf{Q}$", "$\\mathbf{K}$", "$\\mathbf{V}$", "$n \\times d_v$"],
     "head_split_diagram": ["head", "h", "$d_h$", "(batch, $h$, $T$, $d_h$)"],
     "cross_attention_diagram": ["$T_s$", "$\\mathbf{A}$", "$\\mathbf{A}\\mathbf{V}$", "decoder\n(target)"],
     "transformer_diagram": ["multi-head\ncross-attention", "masked multi-head\nself-attention", "add & norm",

@@ -43,9 +43,19 @@ def test_loop_loo_loss_two_points_is_half_squared_difference_for_any_w():
 # --- nadaraya_watson.nw_predict --------------------------------------------------------------------
 
 
+def _sq_dist(x_query, x_train):
+    """(n_q, N) squared distances of (n_q, d) queries to (N, d) training inputs, by broadcasting."""
+    return (x_query[:, None, :] - x_train[None, :, :]).pow(2).sum(-1)
+
+
 def _softmax_nw(x_train, y_train, x_query, bandwidth):
-    u = (x_query[:, None] - x_train[None, :]) / bandwidth
-    return torch.softmax(-u.pow(2) / 2, dim=-1) @ y_train
+    return torch.softmax(-_sq_dist(x_query, x_train) / (2 * bandwidth**2), dim=-1) @ y_train
+
+
+def expansion(x_train, y_train, x_query, bandwidth):
+    # |x - x_i|^2 = |x|^2 - 2 x.x_i + |x_i|^2 with one matrix product: no (n_q, N, d) tensor.
+    sq = x_query.pow(2).sum(-1)[:, None] - 2 * x_query @ x_train.T + x_train.pow(2).sum(-1)[None, :]
+    return torch.softmax(-sq / (2 * bandwidth**2), dim=-1) @ y_train
 
 
 def library_nw(x_train, y_train, x_query, bandwidth):
@@ -53,39 +63,39 @@ def library_nw(x_train, y_train, x_query, bandwidth):
 
 
 def naive_exp(x_train, y_train, x_query, bandwidth):
-    k = torch.exp(-((x_query[:, None] - x_train[None, :]) / bandwidth).pow(2) / 2)
+    k = torch.exp(-_sq_dist(x_query, x_train) / (2 * bandwidth**2))
     return (k @ y_train) / k.sum(-1)
 
 
 def not_normalised(x_train, y_train, x_query, bandwidth):
-    k = torch.exp(-((x_query[:, None] - x_train[None, :]) / bandwidth).pow(2) / 2)
-    return k @ y_train
+    return torch.exp(-_sq_dist(x_query, x_train) / (2 * bandwidth**2)) @ y_train
 
 
 def normalised_over_queries(x_train, y_train, x_query, bandwidth):
-    u = (x_query[:, None] - x_train[None, :]) / bandwidth
-    return torch.softmax(-u.pow(2) / 2, dim=0) @ y_train
+    return torch.softmax(-_sq_dist(x_query, x_train) / (2 * bandwidth**2), dim=0) @ y_train
 
 
 def forgot_half(x_train, y_train, x_query, bandwidth):
-    u = (x_query[:, None] - x_train[None, :]) / bandwidth
-    return torch.softmax(-u.pow(2), dim=-1) @ y_train
+    return torch.softmax(-_sq_dist(x_query, x_train) / bandwidth**2, dim=-1) @ y_train
 
 
 def divides_squared_distance_by_h(x_train, y_train, x_query, bandwidth):
-    d2 = (x_query[:, None] - x_train[None, :]).pow(2) / bandwidth
-    return torch.softmax(-d2 / 2, dim=-1) @ y_train
+    return torch.softmax(-_sq_dist(x_query, x_train) / (2 * bandwidth), dim=-1) @ y_train
+
+
+def one_dimensional_only(x_train, y_train, x_query, bandwidth):
+    # The 1-D formula applied to (n, d) inputs: only the first coordinate counts.
+    u = (x_query[:, :1] - x_train[:, 0][None, :]) / bandwidth
+    return torch.softmax(-u.pow(2) / 2, dim=-1) @ y_train
 
 
 def returns_pair(x_train, y_train, x_query, bandwidth):
-    u = (x_query[:, None] - x_train[None, :]) / bandwidth
-    w = torch.softmax(-u.pow(2) / 2, dim=-1)
+    w = torch.softmax(-_sq_dist(x_query, x_train) / (2 * bandwidth**2), dim=-1)
     return w @ y_train, w
 
 
 def returns_weights(x_train, y_train, x_query, bandwidth):
-    u = (x_query[:, None] - x_train[None, :]) / bandwidth
-    return torch.softmax(-u.pow(2) / 2, dim=-1)
+    return torch.softmax(-_sq_dist(x_query, x_train) / (2 * bandwidth**2), dim=-1)
 
 
 def always_float64(x_train, y_train, x_query, bandwidth):
@@ -103,17 +113,30 @@ def boxcar(x_train, y_train, x_query, bandwidth):
 
 
 def crashes(x_train, y_train, x_query, bandwidth):
-    return x_query @ x_train  # shapes (q,) @ (n,): fails when q != n
+    return x_query @ x_train  # shapes (n_q, d) @ (N, d): fails unless d == N
 
 
 def test_nw_predict_notebook_solution_passes(solutions):
     ns = solutions("ch02-ex-nw-predict")
-    assert passes("nadaraya_watson.nw_predict", ns["nw_predict"]).n_checks == 7
+    assert passes("nadaraya_watson.nw_predict", ns["nw_predict"]).n_checks == 8
 
 
 def test_nw_predict_library_answer_passes():
     # The library is independent of the checker's loops: agreement cross-checks both.
     passes("nadaraya_watson.nw_predict", library_nw)
+
+
+def test_nw_predict_expansion_and_broadcasting_answers_pass():
+    # The matrix-product expansion the exercise asks for, and the (n_q, N, d) broadcast, both compute it.
+    passes("nadaraya_watson.nw_predict", expansion)
+    passes("nadaraya_watson.nw_predict", _softmax_nw)
+
+
+def test_loop_reference_sums_squared_distances_over_coordinates():
+    # Two training points in the plane at distances 1 and 2 from the query, bandwidth 1.
+    got = _loop_nw(torch.tensor([[1.0, 0.0], [0.0, 2.0]]), torch.tensor([0.0, 1.0]), torch.zeros(1, 2), 1.0)
+    e1, e2 = torch.exp(torch.tensor(-0.5)), torch.exp(torch.tensor(-2.0))
+    torch.testing.assert_close(got, (e2 / (e1 + e2))[None].double())
 
 
 @pytest.mark.parametrize(
@@ -130,6 +153,7 @@ def test_nw_predict_library_answer_passes():
         (sorts_in_place, "in place"),
         (boxcar, "values differ"),
         (crashes, "your function raised RuntimeError"),
+        (one_dimensional_only, "values differ"),
     ],
 )
 def test_nw_predict_wrong_answers_fail_with_hint(answer, hint):

@@ -38,6 +38,18 @@ def test_show_heatmaps_grid_labels_outer_axes_titles_and_tokens():
     assert fig._suptitle.get_text() == "heads"
 
 
+@pytest.mark.parametrize("shape", [(2, 3), (6, 10), (7, 7), (50, 50)])
+def test_show_heatmaps_without_token_labels_ticks_integer_indices(shape):
+    # A key or query index is an integer: no tick at 0.5 or 2.5 between two keys.
+    fig = show_heatmaps(torch.rand(*shape, generator=torch.Generator().manual_seed(0)))
+    (ax,) = _image_axes(fig)
+    fig.canvas.draw()
+    for ticks, n in ((ax.get_xticks(), shape[1]), (ax.get_yticks(), shape[0])):
+        shown = [t for t in ticks if -0.5 <= t <= n - 0.5]
+        assert shown, f"no ticks on an axis of {n} entries"
+        assert all(float(t).is_integer() for t in shown), list(ticks)
+
+
 def test_show_heatmaps_accepts_numpy_arrays():
     fig = show_heatmaps(np.eye(3))
     assert len(_image_axes(fig)) == 1

@@ -6,9 +6,13 @@ smaller than 9 points (10 px at the 80 dpi the notebooks use), so they stay legi
 width. The shared drawing primitives (canvas, boxes, arrows, stacks, the palette) are in ``_draw``.
 """
 
-from .attention import attention_pooling_diagram, scoring_pipeline_diagram
+from .attention import (
+    attention_pooling_diagram,
+    qkv_projection_diagram,
+    scoring_pipeline_diagram,
+)
 from .decoding import beam_search_diagram, kv_cache_diagram, teacher_forcing_diagram
-from .multihead import cross_attention_diagram, head_split_diagram, multihead_diagram, qkv_projection_diagram
+from .multihead import cross_attention_diagram, head_split_diagram, multihead_diagram
 from .normalization import norm_placement_diagram
 from .rnn import bahdanau_diagram
 from .subwords import bpe_merges_diagram
@@ -17,9 +21,9 @@ from .transformer import transformer_diagram
 __all__ = [
     "attention_pooling_diagram",
     "scoring_pipeline_diagram",
+    "qkv_projection_diagram",
     "bahdanau_diagram",
     "multihead_diagram",
-    "qkv_projection_diagram",
     "head_split_diagram",
     "cross_attention_diagram",
     "transformer_diagram",

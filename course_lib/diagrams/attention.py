@@ -11,35 +11,43 @@ def attention_pooling_diagram(num_keys: int = 3) -> Figure:
     """Attention pooling: a query is scored against every key, a softmax turns the scores into
     weights, and the output is the weighted sum of the values (chapter 1).
 
+    The query reaches every scoring box along one line (a dot marks each branch); each key enters
+    its own scoring box, crossing that line without joining it.
+
     Examples:
         >>> import matplotlib.pyplot as plt
         >>> fig = attention_pooling_diagram(num_keys=3)
         >>> len(fig.axes), fig.get_size_inches().tolist()  # one drawing, within the book's 8-inch column
-        (1, [7.8, 3.9])
+        (1, [7.8, 4.3])
         >>> plt.close(fig)
     """
     if num_keys < 2 or num_keys > 4:
         raise ValueError(f"num_keys must be between 2 and 4, got {num_keys}")
-    fig, ax = canvas(7.8, 3.9, 13.0, 6.5)
+    fig, ax = canvas(7.8, 4.3, 13.0, 7.2)
     ys = [5.0 - (4.0 / (num_keys - 1)) * i for i in range(num_keys)]
     mid = (ys[0] + ys[-1]) / 2
-    box(ax, 0.6, mid, 1.1, 0.8, "query\n" r"$\mathbf{q}$", "query")
+    key_x, bus_x, score_x, score_w = 1.2, 2.45, 4.2, 1.9
+    score_left = score_x - score_w / 2
+    box(ax, key_x, 6.5, 1.3, 0.7, "query\n" r"$\mathbf{q}$", "query")
     box(ax, 6.3, mid, 1.4, ys[0] - ys[-1] + 0.8, "softmax", "op")
     box(ax, 10.5, mid, 1.5, 0.9, "weighted\nsum", "op")
     box(ax, 12.3, mid, 1.1, 0.7, "output", "query")
+    # The query line: right from the query box, then down past every scoring box.
+    ax.plot([key_x + 0.65, bus_x, bus_x], [6.5, 6.5, ys[-1] + 0.15], color="black", lw=1.1)
     for i, y in enumerate(ys, start=1):
-        label = str(i) if i < num_keys else "m"
-        box(ax, 2.3, y, 0.9, 0.6, rf"$\mathbf{{k}}_{label}$", "key")
-        box(ax, 4.2, y, 1.9, 0.7, rf"$a(\mathbf{{q}}, \mathbf{{k}}_{label})$", "op")
-        box(ax, 8.3, y + 0.38, 0.9, 0.55, rf"$\alpha_{label}$", "attention")
-        box(ax, 8.3, y - 0.38, 0.9, 0.55, rf"$\mathbf{{v}}_{label}$", "value")
-        arrow(ax, (1.15, mid), (1.85, y - 0.2))
-        arrow(ax, (2.75, y), (3.25, y))
-        arrow(ax, (5.15, y), (5.6, y))
+        label = str(i) if i < num_keys else "n_k"
+        box(ax, key_x, y - 0.15, 0.9, 0.6, rf"$\mathbf{{k}}_{{{label}}}$", "key")
+        box(ax, score_x, y, score_w, 0.8, rf"$a(\mathbf{{q}}, \mathbf{{k}}_{{{label}}})$", "op")
+        box(ax, 8.3, y + 0.38, 0.9, 0.55, rf"$\alpha_{{{label}}}$", "attention")
+        box(ax, 8.3, y - 0.38, 0.9, 0.55, rf"$\mathbf{{v}}_{{{label}}}$", "value")
+        ax.plot([bus_x], [y + 0.15], "o", color="black", ms=4)
+        arrow(ax, (bus_x, y + 0.15), (score_left, y + 0.15))  # the query into score i
+        arrow(ax, (key_x + 0.45, y - 0.15), (score_left, y - 0.15))  # key i into score i
+        arrow(ax, (score_x + score_w / 2, y), (5.6, y))
         arrow(ax, (7.0, y + 0.38), (7.85, y + 0.38))
         arrow(ax, (8.75, y), (9.75, mid + 0.3 * (ys[0] - y > 0) - 0.3 * (y - ys[-1] > 0)))
     arrow(ax, (11.25, mid), (11.75, mid))
-    ax.text(4.2, ys[0] + 0.65, "scores", ha="center", fontsize=FONT)
+    ax.text(score_x, ys[0] + 0.65, "scores", ha="center", fontsize=FONT)
     ax.text(8.3, ys[0] + 0.95, r"weights $\alpha_i$, values $\mathbf{v}_i$", ha="center", fontsize=FONT)
     ax.text(10.5, mid - 0.75, r"$\sum_i \alpha_i \mathbf{v}_i$", ha="center", va="top", fontsize=FONT)
     ax.text(6.3, ys[-1] - 0.75, r"$\alpha_i \geq 0,\ \sum_i \alpha_i = 1$", ha="center", va="top",
@@ -81,4 +89,37 @@ def scoring_pipeline_diagram() -> Figure:
     ax.text(6.6, 4.15, "(batch, n_q, n_k)", ha="center", fontsize=FONT - 1)
     ax.text(9.4, 1.35, "(batch, n_q, d_v)", ha="center", va="top", fontsize=FONT - 1)
     ax.set_title("Attention scoring: score, mask, normalise, pool", fontsize=FONT + 1)
+    return fig
+
+
+def qkv_projection_diagram() -> Figure:
+    """Where queries, keys and values come from (chapters 1 and 5): three learned linear maps of the same
+    tokens, ``Q = X W_q^T``, ``K = X W_k^T``, ``V = X W_v^T``, with the tokens as rows.
+
+    After the "Linear Transformations" figure of the GCPDS notes, in the book's layout (a weight
+    matrix is out x in, as ``nn.Linear.weight``).
+
+    Examples:
+        >>> import matplotlib.pyplot as plt
+        >>> fig = qkv_projection_diagram()
+        >>> len(fig.axes), fig.get_size_inches().tolist()  # one drawing, within the book's 8-inch column
+        (1, [7.8, 3.3])
+        >>> plt.close(fig)
+    """
+    fig, ax = canvas(7.8, 3.3, 13.0, 5.5)
+    x_box = box(ax, 1.4, 2.75, 2.0, 1.4, "tokens $\\mathbf{X}$\n$T \\times d$", "op")
+    rows = [
+        (4.5, "q", "query", "d_k", "queries", "Q"),
+        (2.75, "k", "key", "d_k", "keys", "K"),
+        (1.0, "v", "value", "d_v", "values", "V"),
+    ]
+    for y, sub, kind, size, name, big in rows:
+        w_box = box(ax, 5.6, y, 2.6, 1.0, rf"$\mathbf{{W}}_{sub}$" "\n" rf"${size} \times d$", "op")
+        out_box = box(ax, 10.4, y, 3.6, 1.0,
+                      rf"{name} $\mathbf{{{big}}} = \mathbf{{X}}\mathbf{{W}}_{sub}^\top$" "\n"
+                      rf"$T \times {size}$", kind)
+        arrow(ax, (x_box[2], 2.75), (w_box[0], y))
+        arrow(ax, (w_box[2], y), (out_box[0], y))
+    ax.text(5.6, 5.3, "learned linear maps", ha="center", fontsize=FONT)
+    ax.set_title("Queries, keys and values: three projections of the same tokens", fontsize=FONT + 1)
     return fig

@@ -72,35 +72,6 @@ def _matrix(ax, x: float, y: float, w: float, h: float, color: str, label: str |
         ax.text(x + w / 2, y + h + 0.12, cols, ha="center", va="bottom", fontsize=FONT - 1)
 
 
-def qkv_projection_diagram() -> Figure:
-    """Where queries, keys and values come from (chapter 5): three linear maps of the same tokens X,
-    with the shapes of every matrix (tokens as rows).
-
-    Examples:
-        >>> import matplotlib.pyplot as plt
-        >>> fig = qkv_projection_diagram()
-        >>> len(fig.axes), fig.get_size_inches().tolist()  # one drawing, within the book's 8-inch column
-        (1, [7.8, 3.4])
-        >>> plt.close(fig)
-    """
-    fig, ax = canvas(7.8, 3.4, 12.0, 5.2)
-    _matrix(ax, 0.9, 1.0, 1.4, 2.8, COLORS["op"], r"$\mathbf{X}$", rows="$n$", cols="$d$")
-    targets = [(r"$\mathbf{Q}$", "query", "q", "k", 3.7), (r"$\mathbf{K}$", "key", "k", "k", 2.0),
-               (r"$\mathbf{V}$", "value", "v", "v", 0.3)]
-    for label, kind, role, size, y in targets:
-        arrow(ax, (2.4, 2.4), (3.9, y + 0.45))
-        box(ax, 5.0, y + 0.45, 2.0, 0.6, rf"$\mathbf{{X}}\mathbf{{W}}_{role}^\top$", kind, fontsize=FONT - 1)
-        arrow(ax, (6.05, y + 0.45), (7.2, y + 0.45))
-        _matrix(ax, 7.4, y, 1.1 if size == "k" else 1.4, 0.9, COLORS[kind], label)
-        ax.text(8.7 if size == "k" else 9.0, y + 0.45, rf"$n \times d_{size}$", ha="left", va="center",
-                fontsize=FONT - 1)
-    ax.text(10.9, 2.45, "one row\nper token", ha="center", va="center", fontsize=FONT - 1)
-    ax.text(5.0, 0.0, r"$\mathbf{W}_q, \mathbf{W}_k \in \mathbb{R}^{d_k \times d}$, "
-            r"$\mathbf{W}_v \in \mathbb{R}^{d_v \times d}$ (out $\times$ in)", ha="center", fontsize=FONT - 1)
-    ax.set_title("Queries, keys and values: three linear maps of the same tokens", fontsize=FONT + 1)
-    return fig
-
-
 def head_split_diagram(num_heads: int = 4) -> Figure:
     """The head split as tensors (chapter 5): the (T, d) projected queries of one example, read as h
     blocks of d_h columns, become a stack of h matrices (T, d_h), one per head.

@@ -2,8 +2,8 @@
 
 Every reference is computed here by Python loops over floats (``math.exp`` after shifting by the
 largest score, in double precision), independently of ``course_lib.nadaraya_watson``: the exercises
-ask the student to rebuild the Gaussian Nadaraya–Watson estimator and its leave-one-out loss from
-tensor operations.
+ask the student to rebuild the Gaussian Nadaraya–Watson estimator (for inputs in R^d) and its
+leave-one-out loss from tensor operations.
 """
 
 from __future__ import annotations
@@ -37,13 +37,22 @@ def _softmax_pool(scores: Sequence[float], values: Sequence[float]) -> float:
     return sum(e * v for e, v in zip(exps, values, strict=True)) / total
 
 
+def _rows(x: torch.Tensor) -> list[list[float]]:
+    """The points of an (n, d) tensor as lists of floats (an (n,) tensor is n points of dimension 1)."""
+    x = x.detach().to("cpu", torch.float64)
+    return [[float(v) for v in row] for row in (x[:, None] if x.dim() == 1 else x)]
+
+
 def _loop_nw(x_train: torch.Tensor, y_train: torch.Tensor, x_query: torch.Tensor, bandwidth: float
              ) -> torch.Tensor:
-    """Gaussian Nadaraya–Watson by a double loop: one query at a time, one training point at a time."""
-    xs, ys = x_train.double().tolist(), y_train.double().tolist()
+    """Gaussian Nadaraya–Watson by a double loop: one query at a time, one training point at a time.
+
+    Inputs (n, d) or (n,); the squared distance is summed coordinate by coordinate.
+    """
+    xs, ys = _rows(x_train), y_train.double().tolist()
     out = []
-    for q in x_query.double().tolist():
-        scores = [-0.5 * ((q - x) / bandwidth) ** 2 for x in xs]
+    for q in _rows(x_query):
+        scores = [-0.5 * sum((a - b) ** 2 for a, b in zip(q, x, strict=True)) / bandwidth ** 2 for x in xs]
         out.append(_softmax_pool(scores, ys))
     return torch.tensor(out, dtype=torch.float64)
 
@@ -51,16 +60,17 @@ def _loop_nw(x_train: torch.Tensor, y_train: torch.Tensor, x_query: torch.Tensor
 def _loop_nw_over_queries(x_train: torch.Tensor, y_train: torch.Tensor, x_query: torch.Tensor,
                           bandwidth: float) -> torch.Tensor:
     """The typical slip: Gaussian weights normalised over the queries (down each column) instead."""
-    xs, ys, qs = x_train.double().tolist(), y_train.double().tolist(), x_query.double().tolist()
-    raw = [[math.exp(-0.5 * ((q - x) / bandwidth) ** 2) for x in xs] for q in qs]
+    xs, ys, qs = _rows(x_train), y_train.double().tolist(), _rows(x_query)
+    raw = [[math.exp(-0.5 * sum((a - b) ** 2 for a, b in zip(q, x, strict=True)) / bandwidth ** 2) for x in xs]
+           for q in qs]
     col = [sum(raw[i][j] for i in range(len(qs))) for j in range(len(xs))]
     return torch.tensor([sum(raw[i][j] / col[j] * ys[j] for j in range(len(xs))) for i in range(len(qs))],
                         dtype=torch.float64)
 
 
 @checker("nadaraya_watson.nw_predict",
-         "nw_predict(x_train, y_train, x_query, bandwidth): Gaussian Nadaraya–Watson with broadcasting, "
-         "weights normalised per query, stable for a tiny bandwidth")
+         "nw_predict(x_train, y_train, x_query, bandwidth): Gaussian Nadaraya–Watson for inputs in R^d, "
+         "squared distances from one matrix product, weights normalised per query, stable for a tiny bandwidth")
 def check_nw_predict(answer: Callable) -> int:
     g = generator(2)
 
@@ -72,43 +82,51 @@ def check_nw_predict(answer: Callable) -> int:
         expect_tensor(got, case)
         expect(tuple(got.shape) == (len(x_query),),
                f"{case}: expected one prediction per query, shape ({len(x_query)},), got {tuple(got.shape)}"
-               " (return the predictions only, not the weights)")
+               " (return the predictions only, not the weights; the inputs are (N, d) and (n_q, d), so the "
+               "squared distances form an (n_q, N) matrix)")
         return got
+
+    def col(x: torch.Tensor) -> torch.Tensor:
+        return x[:, None]  # (n,) -> (n, 1): points of dimension 1
 
     # The random data, drawn in this order; the hand-picked points of the last cases move and get other
     # targets in the hidden variants.
     x_train_12 = torch.rand(12, generator=g, dtype=torch.float64) * 5
-    random_case = ("random case (40 training points, 25 queries, bandwidth 0.4)",
-                   torch.rand(40, generator=g, dtype=torch.float64) * 5,
+    random_case = ("random case (40 training points, 25 queries, d = 1, bandwidth 0.4)",
+                   col(torch.rand(40, generator=g, dtype=torch.float64) * 5),
                    torch.randn(40, generator=g, dtype=torch.float64),
-                   torch.rand(25, generator=g, dtype=torch.float64) * 5, 0.4)
-    xt32, yt32 = torch.rand(30, generator=g) * 5, torch.randn(30, generator=g)
-    xq32 = torch.rand(10, generator=g) * 5
+                   col(torch.rand(25, generator=g, dtype=torch.float64) * 5), 0.4)
+    xt32, yt32 = torch.rand(30, 3, generator=g) * 5, torch.randn(30, generator=g)
+    xq32 = torch.rand(10, 3, generator=g) * 5
     shift, yt_spread = (0.0, torch.tensor([5.0, -1.0, 2.0, 7.0, 3.0])) if variant() == 0 else (
         float(torch.rand((), generator=g)) * 6 - 3, torch.randn(5, generator=g) * 4)
-    xt_spread = torch.tensor([0.0, 0.4, 1.0, 1.7, 3.0]) + shift  # 0.1 or more from every query
-    xq_spread = torch.tensor([0.1, 0.65, 1.2, 2.5, 4.0]) + shift
-    hand_case = ("hand case (x_train = [0, 1, 2, 3], y_train = [1, 2, 4, 8], bandwidth 1)",
-                 torch.tensor([0.0, 1.0, 2.0, 3.0], dtype=torch.float64),
+    xt_spread = col(torch.tensor([0.0, 0.4, 1.0, 1.7, 3.0]) + shift)  # 0.1 or more from every query
+    xq_spread = col(torch.tensor([0.1, 0.65, 1.2, 2.5, 4.0]) + shift)
+    hand_case = ("hand case (x_train = [0, 1, 2, 3] as (4, 1), y_train = [1, 2, 4, 8], bandwidth 1)",
+                 col(torch.tensor([0.0, 1.0, 2.0, 3.0], dtype=torch.float64)),
                  torch.tensor([1.0, 2.0, 4.0, 8.0], dtype=torch.float64),
-                 torch.tensor([0.5, 1.5, 2.9, -1.0], dtype=torch.float64), 1.0)
+                 col(torch.tensor([0.5, 1.5, 2.9, -1.0], dtype=torch.float64)), 1.0)
+    plane_case = ("points in the plane (50 training points, 20 queries, d = 2, bandwidth 0.5)",
+                  torch.rand(50, 2, generator=g, dtype=torch.float64) * 4,
+                  torch.randn(50, generator=g, dtype=torch.float64),
+                  torch.rand(20, 2, generator=g, dtype=torch.float64) * 4, 0.5)
 
     def constant_targets() -> None:
         # Constant targets first: whatever the kernel, a weighted AVERAGE of ones is one.
-        x_train = x_train_12
-        x_query = torch.linspace(0, 5, 7, dtype=torch.float64)
+        x_train = col(x_train_12)
+        x_query = col(torch.linspace(0, 5, 7, dtype=torch.float64))
         ones = torch.ones(12, dtype=torch.float64)
         case = "constant targets (every y_i = 1, bandwidth 0.7)"
         got = run(case, x_train, ones, x_query, 0.7)
         expect_same(got, torch.ones(7, dtype=torch.float64), [(
             lambda: _loop_nw_over_queries(x_train, ones, x_query, 0.7),
             f"{case}: you normalised the weights over the queries (down each column). Each query's "
-            "weights, one row of the (n_query, n_train) matrix, must sum to 1 over the training points: "
+            "weights, one row of the (n_q, N) matrix, must sum to 1 over the training points: "
             "normalise along the training axis (dim=-1).")], same=close, otherwise=lambda: (
             f"{case}: a weighted average of ones must be 1 at every query, but you predict "
             f"{[round(v, 4) for v in got.double().tolist()]}. The weights of each query (each row of the "
-            "(n_query, n_train) weight matrix) must sum to 1: divide K((x - x_i)/h) by the row's sum "
-            "sum_j K((x - x_j)/h)."))
+            "(n_q, N) weight matrix) must sum to 1: divide K(|x - x_i|/h) by the row's sum "
+            "sum_j K(|x - x_j|/h)."))
 
     def against_the_loop(case: tuple[str, torch.Tensor, torch.Tensor, torch.Tensor, float]) -> None:
         name, xt, yt, xq, h = case
@@ -116,21 +134,21 @@ def check_nw_predict(answer: Callable) -> int:
         mistakes = [
             (lambda: _loop_nw(xt, yt, xq, h / math.sqrt(2)),
              f"{name}: your predictions are those of bandwidth h/sqrt(2): the Gaussian kernel is "
-             "exp(-u^2/2) with u = (x - x_i)/h; did you forget the 1/2?"),
+             "exp(-u^2/2) with u = |x - x_i|/h; did you forget the 1/2?"),
             (lambda: _loop_nw(xt, yt, xq, math.sqrt(h)),
-             f"{name}: your predictions are those of bandwidth sqrt(h): divide the distance by h, "
-             "u = (x - x_i)/h, and square u (the score is -u^2/2 = -(x - x_i)^2 / (2 h^2))."),
+             f"{name}: your predictions are those of bandwidth sqrt(h): divide the squared distance by h^2, "
+             "(the score is -u^2/2 = -|x - x_i|^2 / (2 h^2))."),
         ]
         expect_match(got, _loop_nw(xt, yt, xq, h), name, mistakes, atol=1e-8, rtol=1e-6)
 
     def float32_inputs() -> None:
-        # float32 in, float32 out, against the float64 reference.
+        # float32 in, float32 out, against the float64 reference, in d = 3.
         xt, yt, xq = xt32, yt32, xq32
-        case = "float32 inputs (30 training points, bandwidth 0.3)"
-        got = run(case, xt, yt, xq, 0.3)
+        case = "float32 inputs (30 training points in d = 3, bandwidth 0.8)"
+        got = run(case, xt, yt, xq, 0.8)
         expect(got.dtype == torch.float32,
                f"{case}: float32 inputs should give float32 predictions, got {got.dtype}")
-        expect_close(got, _loop_nw(xt, yt, xq, 0.3), case, atol=1e-5, rtol=1e-4)
+        expect_close(got, _loop_nw(xt, yt, xq, 0.8), case, atol=1e-4, rtol=1e-4)
 
     def tiny_bandwidth() -> None:
         # Every exp(-u^2/2) underflows, yet the estimate is the nearest neighbour's y.
@@ -152,12 +170,13 @@ def check_nw_predict(answer: Callable) -> int:
     def single_point() -> None:
         # One training point gets all the weight at every query.
         x0, y0 = (2.0, -3.0) if variant() == 0 else (shift, float(yt_spread[0]))
-        case = "a single training point (n_train = 1)"
-        got = run(case, torch.tensor([x0]), torch.tensor([y0]), torch.tensor([0.0, 2.0, 9.0]) + x0 - 2.0, 0.5)
+        case = "a single training point (N = 1)"
+        got = run(case, torch.tensor([[x0, 1.0]]), torch.tensor([y0]),
+                  torch.tensor([[0.0, 0.0], [2.0, 1.0], [9.0, -4.0]]) + torch.tensor([x0 - 2.0, 0.0]), 0.5)
         expect_close(got, torch.full((3,), y0), case)
 
     steps = [constant_targets, lambda: against_the_loop(hand_case), lambda: against_the_loop(random_case),
-             float32_inputs, tiny_bandwidth, huge_bandwidth, single_point]
+             lambda: against_the_loop(plane_case), float32_inputs, tiny_bandwidth, huge_bandwidth, single_point]
     return count_cases(steps, lambda step: step())
 
 
