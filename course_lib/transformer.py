@@ -551,7 +551,8 @@ class TransformerConfig:
         for name in ("src_vocab_size", "tgt_vocab_size", "num_hiddens", "ffn_num_hiddens", "num_heads",
                      "num_enc_layers", "num_dec_layers", "max_len"):
             check_positive_int(getattr(self, name), name)
-        check_heads(self.num_hiddens, self.num_heads, self.num_heads if self.num_kv_heads is None else self.num_kv_heads)
+        kv_heads = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+        check_heads(self.num_hiddens, self.num_heads, kv_heads)
         check_probability(self.dropout, "dropout")
         check_bool(self.norm_first, "norm_first")
         if self.positional not in ("sinusoidal", "learned"):
