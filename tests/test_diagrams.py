@@ -13,6 +13,9 @@ LABELS = {
     "multihead_diagram": ["concatenate heads", "scaled dot-product\nattention, head 1"],
     "transformer_diagram": ["cross-attention", "masked self-attention", "add & norm",
                             "feed-forward (FFN)", "look-ahead\nmask", "memory (keys, values)"],
+    "flash_tiling_diagram": ["skip", "mask", "on-chip SRAM (fast, small)", "outer loop over query blocks i"],
+    "grouped_query_diagram": ["multi-head\n8 key/value heads", "grouped-query\n2 key/value heads",
+                              "multi-query\n1 key/value head", "cache: 2/8 of multi-head"],
 }
 
 
@@ -37,3 +40,9 @@ def test_diagrams_reject_sizes_they_cannot_draw():
         diagrams.multihead_diagram(num_heads=9)
     with pytest.raises(ValueError, match="num_keys"):
         diagrams.attention_pooling_diagram(num_keys=1)
+    with pytest.raises(ValueError, match="n_blocks"):
+        diagrams.flash_tiling_diagram(n_blocks=8)
+    with pytest.raises(ValueError, match="highlight"):
+        diagrams.flash_tiling_diagram(n_blocks=4, highlight=4)
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        diagrams.grouped_query_diagram(num_heads=8, num_kv_heads=3)
