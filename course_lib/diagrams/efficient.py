@@ -17,8 +17,10 @@ def _tile(ax, x: float, y: float, size: float, state: str, text: str = "") -> No
     ax.add_patch(Rectangle((x, y), size, size, facecolor=face, edgecolor="#555555", linewidth=0.8,
                            hatch="///" if state == "partial" else None))
     if text:
+        # on a hatched tile the label sits on a patch of the tile's colour, so the hatching does not cross it
+        background = {"facecolor": face, "edgecolor": "none", "pad": 1.5} if state == "partial" else None
         ax.text(x + size / 2, y + size / 2, text, ha="center", va="center", fontsize=FONT - 1,
-                color="#777777" if state == "skipped" else "black")
+                color="#777777" if state == "skipped" else "black", bbox=background)
 
 
 def flash_tiling_diagram(n_blocks: int = 4, highlight: int = 2) -> Figure:
@@ -64,8 +66,8 @@ def flash_tiling_diagram(n_blocks: int = 4, highlight: int = 2) -> Figure:
     ax.text(0.2, (top + bottom) / 2, "outer loop over query blocks i", fontsize=FONT - 1, rotation=90,
             ha="center", va="center")
     # Legend of the tile states.
-    for x, state, label in ((0.3, "full", "computed"), (3.2, "partial", "computed, masked\ninside the tile"),
-                            (7.2, "skipped", "skipped")):
+    for x, state, label in ((0.3, "full", "computed"), (2.7, "partial", "computed, masked\ninside the tile"),
+                            (6.2, "skipped", "skipped")):
         _tile(ax, x, 0.2, 0.45, state)
         ax.text(x + 0.6, 0.425, label, fontsize=FONT - 1, ha="left", va="center")
     # Fast and slow memory.
@@ -73,7 +75,7 @@ def flash_tiling_diagram(n_blocks: int = 4, highlight: int = 2) -> Figure:
     ax.text(12.1, 8.1, "on-chip SRAM (fast, small)", fontsize=FONT, ha="center", va="center", weight="bold")
     sram = ("one query block $\\mathbf{Q}_i$ and one tile $\\mathbf{S}_{ij}$;\n"
             "running max $m_i$, denominator $\\ell_i$ and\n"
-            "unnormalised output $\\tilde{\\mathbf{O}}_i$, updated per tile:\n"
+            "unnormalised output $\\tilde{\\mathbf{O}}_i$, per tile:\n"
             "$m' = \\max(m, \\mathrm{rowmax}\\, \\mathbf{S}_{ij})$\n"
             "$\\ell' = e^{m - m'}\\ell + \\mathrm{rowsum}\\, e^{\\mathbf{S}_{ij} - m'}$\n"
             "$\\tilde{\\mathbf{O}}' = e^{m - m'}\\tilde{\\mathbf{O}} + e^{\\mathbf{S}_{ij} - m'}\\mathbf{V}_j$")
