@@ -67,7 +67,7 @@ def flash_tiling_diagram(n_blocks: int = 4, highlight: int = 2) -> Figure:
             ha="center", va="center")
     # Legend of the tile states.
     for x, state, label in ((0.3, "full", "computed"), (2.7, "partial", "computed, masked\ninside the tile"),
-                            (6.2, "skipped", "skipped")):
+                            (6.7, "skipped", "skipped")):
         _tile(ax, x, 0.2, 0.45, state)
         ax.text(x + 0.6, 0.425, label, fontsize=FONT - 1, ha="left", va="center")
     # Fast and slow memory.
