@@ -22,8 +22,14 @@ Masks (``True`` = attend, as everywhere in ``course_lib``):
   (which do see real tokens and padding) are ignored by the masked loss
   (:func:`course_lib.train.masked_cross_entropy`).
 
+Grouped-query attention (chapter 10): with ``num_kv_heads`` smaller than ``num_heads`` the keys and values
+of an attention layer have fewer heads, each shared by ``num_heads / num_kv_heads`` query heads
+(:class:`~course_lib.multihead.MultiHeadAttention`). :class:`TransformerConfig` applies it to the decoder's
+self- and cross-attention, whose keys and values a decoding step reads from memory, and not to the
+encoder, which runs once per source in parallel (as Ainslie et al. 2023 do for T5).
+
 Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``d`` = ``num_hiddens``,
-``h`` heads, ``V`` target vocabulary size.
+``h`` heads, ``h_kv`` key/value heads, ``V`` target vocabulary size.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from ._validation import (
     check_batch_index,
     check_bool,
     check_floating,
+    check_heads,
     check_ndim,
     check_pad_id,
     check_positive_int,
@@ -174,6 +181,8 @@ class TransformerEncoderBlock(nn.Module):
         dropout: dropout on the attention weights, the sublayer outputs and the FFN's hidden layer.
         norm_first: pre-norm instead of post-norm.
         bias: give the attention projections a bias (``torch.nn.MultiheadAttention`` has one).
+        num_kv_heads: key/value heads of the attention (grouped-query attention); ``None`` means
+            ``num_heads``; must divide ``num_heads``.
 
     Examples:
         >>> block = TransformerEncoderBlock(num_hiddens=8, ffn_num_hiddens=16, num_heads=2)
@@ -182,9 +191,9 @@ class TransformerEncoderBlock(nn.Module):
     """
 
     def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float = 0.0,
-                 norm_first: bool = False, bias: bool = True) -> None:
+                 norm_first: bool = False, bias: bool = True, *, num_kv_heads: int | None = None) -> None:
         super().__init__()
-        self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias)
+        self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias, num_kv_heads=num_kv_heads)
         self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first)
         self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, dropout)
         self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first)
@@ -238,15 +247,14 @@ class _Embedder(nn.Module):
 
 
 def _check_stack_args(vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_layers: int,
-                      dropout: float, max_len: int, pad_id: int) -> None:
+                      dropout: float, max_len: int, pad_id: int, num_kv_heads: int | None) -> None:
     """Validation shared by the encoder and the decoder constructors."""
     for name, value in (("vocab_size", vocab_size), ("num_hiddens", num_hiddens),
                         ("ffn_num_hiddens", ffn_num_hiddens), ("num_heads", num_heads),
                         ("num_layers", num_layers), ("max_len", max_len)):
         check_positive_int(value, name)
     check_probability(dropout, "dropout")
-    if num_hiddens % num_heads:
-        raise ValueError(f"num_hiddens ({num_hiddens}) must be divisible by num_heads ({num_heads})")
+    check_heads(num_hiddens, num_heads, num_heads if num_kv_heads is None else num_kv_heads)
     check_pad_id(pad_id, vocab_size)
 
 
@@ -271,14 +279,17 @@ class _Stack(nn.Module):
 
     def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_layers: int,
                  dropout: float = 0.0, max_len: int = 1000, norm_first: bool = False,
-                 positional: Literal["sinusoidal", "learned"] = "sinusoidal", pad_id: int = 0) -> None:
+                 positional: Literal["sinusoidal", "learned"] = "sinusoidal", pad_id: int = 0, *,
+                 num_kv_heads: int | None = None) -> None:
         super().__init__()
-        _check_stack_args(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers, dropout, max_len, pad_id)
+        _check_stack_args(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers, dropout, max_len, pad_id,
+                          num_kv_heads)
         self.num_hiddens = num_hiddens
         self.vocab_size = vocab_size
         self.embed = _Embedder(vocab_size, num_hiddens, dropout, max_len, positional, pad_id)
         self.blocks = nn.ModuleList(
-            self.block_class(num_hiddens, ffn_num_hiddens, num_heads, dropout, norm_first) for _ in range(num_layers)
+            self.block_class(num_hiddens, ffn_num_hiddens, num_heads, dropout, norm_first, num_kv_heads=num_kv_heads)
+            for _ in range(num_layers)
         )
         self.norm = nn.LayerNorm(num_hiddens) if norm_first else nn.Identity()
 
@@ -293,6 +304,7 @@ class TransformerEncoder(_Stack):
         norm_first: pre-norm blocks and a final layer norm (``self.norm``; identity for post-norm).
         positional: ``"sinusoidal"`` (fixed) or ``"learned"``.
         pad_id: id of ``<pad>``.
+        num_kv_heads: key/value heads of every block's attention (``None``: ``num_heads``).
 
     Examples:
         >>> encoder = TransformerEncoder(10, num_hiddens=8, ffn_num_hiddens=16, num_heads=2, num_layers=2)
@@ -328,7 +340,8 @@ class TransformerEncoder(_Stack):
 class TransformerDecoderBlock(nn.Module):
     """Masked self-attention, cross-attention to the encoder, then the FFN, each inside an :class:`AddNorm`.
 
-    Args: as :class:`TransformerEncoderBlock` (the two attentions get the same sizes).
+    Args: as :class:`TransformerEncoderBlock` (the two attentions get the same sizes, ``num_kv_heads``
+    included).
 
     Examples:
         >>> block = TransformerDecoderBlock(num_hiddens=8, ffn_num_hiddens=16, num_heads=2).eval()
@@ -339,11 +352,12 @@ class TransformerDecoderBlock(nn.Module):
     """
 
     def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float = 0.0,
-                 norm_first: bool = False, bias: bool = True) -> None:
+                 norm_first: bool = False, bias: bool = True, *, num_kv_heads: int | None = None) -> None:
         super().__init__()
-        self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias)
+        self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias, num_kv_heads=num_kv_heads)
         self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first)
-        self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias)
+        self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias,
+                                                  num_kv_heads=num_kv_heads)
         self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first)
         self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, dropout)
         self.addnorm3 = AddNorm(num_hiddens, dropout, norm_first)
@@ -405,9 +419,9 @@ class TransformerDecoderState:
 
     Attributes:
         self_caches: one :class:`~course_lib.multihead.KVCache` per block: the self-attention keys and
-            values (B, h, t, d_h) of the ``t`` tokens fed so far.
+            values (B, h_kv, t, d_h) of the ``t`` tokens fed so far.
         memory_kv: one (keys, values) pair per block: the cross-attention keys and values
-            (B, h, S, d_h), projected once from the encoder output.
+            (B, h_kv, S, d_h), projected once from the encoder output.
         memory_mask: (B, 1, S) bool, ``True`` at real source positions.
         offset: t, the number of tokens fed so far (the position of the next one).
 
@@ -453,6 +467,8 @@ class TransformerDecoder(_Stack):
         norm_first: pre-norm blocks and a final layer norm (``self.norm``; identity for post-norm).
         positional: ``"sinusoidal"`` or ``"learned"``.
         pad_id: id of ``<pad>``.
+        num_kv_heads: key/value heads of every block's self- and cross-attention (``None``: ``num_heads``);
+            the caches then hold ``num_kv_heads`` heads.
 
     Examples:
         >>> decoder = TransformerDecoder(12, num_hiddens=8, ffn_num_hiddens=16, num_heads=2, num_layers=2)
@@ -465,9 +481,10 @@ class TransformerDecoder(_Stack):
 
     def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_layers: int,
                  dropout: float = 0.0, max_len: int = 1000, norm_first: bool = False,
-                 positional: Literal["sinusoidal", "learned"] = "sinusoidal", pad_id: int = 0) -> None:
+                 positional: Literal["sinusoidal", "learned"] = "sinusoidal", pad_id: int = 0, *,
+                 num_kv_heads: int | None = None) -> None:
         super().__init__(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers, dropout, max_len,
-                         norm_first, positional, pad_id)
+                         norm_first, positional, pad_id, num_kv_heads=num_kv_heads)
         # No weight tying: source and target vocabularies differ in general.
         self.dense = nn.Linear(num_hiddens, vocab_size)
 
@@ -549,10 +566,15 @@ class TransformerConfig:
         norm_first: pre-norm (:cite:`xiong2020`) instead of the paper's post-norm.
         positional: ``"sinusoidal"`` (fixed, the paper) or ``"learned"``.
         pad_id: id of ``<pad>`` in both vocabularies (its embedding is zero and gets no gradient).
+        num_kv_heads: key/value heads of the decoder's self- and cross-attention (grouped-query attention,
+            :cite:`ainslie2023`; 1 is multi-query attention, :cite:`shazeer2019`); ``None`` means
+            ``num_heads``; must divide ``num_heads``. The encoder keeps ``num_heads`` key/value heads: it
+            runs once per source, while every decoding step reads the decoder's keys and values.
 
     Raises:
-        ValueError: a size is not positive, ``num_hiddens % num_heads != 0``, ``dropout`` is not in
-            [0, 1), ``positional`` is unknown, or ``pad_id`` is not an id of both vocabularies.
+        ValueError: a size is not positive, ``num_hiddens % num_heads != 0``, ``num_kv_heads`` does not
+            divide ``num_heads``, ``dropout`` is not in [0, 1), ``positional`` is unknown, or ``pad_id``
+            is not an id of both vocabularies.
 
     Examples:
         >>> config = TransformerConfig(10, 12, num_hiddens=8, ffn_num_hiddens=16, num_heads=2)
@@ -562,6 +584,11 @@ class TransformerConfig:
         Traceback (most recent call last):
         ...
         ValueError: num_hiddens (10) must be divisible by num_heads (4): each head gets num_hiddens / num_heads features
+        >>> config = TransformerConfig(src_vocab_size=10, tgt_vocab_size=12, num_hiddens=16, num_heads=4,
+        ...                            num_kv_heads=1)
+        >>> decoder_block = Transformer(config).decoder.blocks[0]
+        >>> decoder_block.self_attention.W_k  # one key head of size 16 / 4 for the 4 query heads
+        Linear(in_features=16, out_features=4, bias=True)
     """
 
     src_vocab_size: int
@@ -576,16 +603,14 @@ class TransformerConfig:
     norm_first: bool = False
     positional: Literal["sinusoidal", "learned"] = "sinusoidal"
     pad_id: int = 0
+    num_kv_heads: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "num_hiddens", "ffn_num_hiddens", "num_heads",
                      "num_enc_layers", "num_dec_layers", "max_len"):
             check_positive_int(getattr(self, name), name)
-        if self.num_hiddens % self.num_heads:
-            raise ValueError(
-                f"num_hiddens ({self.num_hiddens}) must be divisible by num_heads ({self.num_heads}): each head "
-                f"gets num_hiddens / num_heads features"
-            )
+        kv_heads = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+        check_heads(self.num_hiddens, self.num_heads, kv_heads)
         check_probability(self.dropout, "dropout")
         check_bool(self.norm_first, "norm_first")
         if self.positional not in ("sinusoidal", "learned"):
@@ -624,7 +649,8 @@ class Transformer(nn.Module):
         self.encoder = TransformerEncoder(c.src_vocab_size, c.num_hiddens, c.ffn_num_hiddens, c.num_heads,
                                           c.num_enc_layers, c.dropout, c.max_len, c.norm_first, c.positional, c.pad_id)
         self.decoder = TransformerDecoder(c.tgt_vocab_size, c.num_hiddens, c.ffn_num_hiddens, c.num_heads,
-                                          c.num_dec_layers, c.dropout, c.max_len, c.norm_first, c.positional, c.pad_id)
+                                          c.num_dec_layers, c.dropout, c.max_len, c.norm_first, c.positional, c.pad_id,
+                                          num_kv_heads=c.num_kv_heads)
 
     def forward(self, src: torch.Tensor, src_valid_lens: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: the logits of every next target token.

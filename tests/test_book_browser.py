@@ -32,6 +32,7 @@ import re
 import subprocess
 import sys
 import threading
+import unicodedata
 from collections import defaultdict
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -500,7 +501,8 @@ def _title(notebook: Path) -> str:
 
 
 def _squeeze(text: str) -> str:
-    return re.sub(r"\s+", "", text)
+    # NFKC: a PDF's text keeps the font's ligatures ("Eﬃcient attention" for "Efficient attention")
+    return re.sub(r"\s+", "", unicodedata.normalize("NFKC", text))
 
 
 @functools.cache

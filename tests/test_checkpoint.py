@@ -174,7 +174,7 @@ OFF_DEFAULT = {
     "transformer": lambda n_src, n_tgt: transformer.Transformer(_off_default(
         transformer.TransformerConfig, src_vocab_size=n_src, tgt_vocab_size=n_tgt, num_hiddens=12,
         ffn_num_hiddens=20, num_heads=3, num_enc_layers=1, num_dec_layers=3, dropout=0.3, max_len=40,
-        norm_first=True, positional="learned", pad_id=3)),
+        norm_first=True, positional="learned", pad_id=3, num_kv_heads=1)),
     "bahdanau": lambda n_src, n_tgt: BahdanauSeq2Seq(_off_default(
         Seq2SeqRNNConfig, src_vocab_size=n_src, tgt_vocab_size=n_tgt, embed_size=5, hidden_size=7, num_layers=3,
         dropout=0.3, pad_id=3)),

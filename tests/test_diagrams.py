@@ -24,6 +24,9 @@ LABELS = {
     "kv_cache_diagram": ["$k_4$", "$v_4$", "$q_4$", "step 4"],
     "beam_search_diagram": ["<bos>", "A  0.5", "<eos>  0.288", "<eos>  0.135", "step 3"],
     "bpe_merges_diagram": ["1: l+e", "7: b+elle", "belles ×1", "elle"],
+    "flash_tiling_diagram": ["skip", "mask", "on-chip SRAM (fast, small)", "outer loop over query blocks i"],
+    "grouped_query_diagram": ["multi-head\n8 key/value heads", "grouped-query\n2 key/value heads",
+                              "multi-query\n1 key/value head", "cache: 2/8 of multi-head"],
 }
 
 
@@ -50,6 +53,12 @@ def test_diagrams_reject_sizes_they_cannot_draw():
         diagrams.head_split_diagram(num_heads=1)
     with pytest.raises(ValueError, match="num_keys"):
         diagrams.attention_pooling_diagram(num_keys=1)
+    with pytest.raises(ValueError, match="n_blocks"):
+        diagrams.flash_tiling_diagram(n_blocks=8)
+    with pytest.raises(ValueError, match="highlight"):
+        diagrams.flash_tiling_diagram(n_blocks=4, highlight=4)
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        diagrams.grouped_query_diagram(num_heads=8, num_kv_heads=3)
 
 
 def test_chapter_8_diagrams_reject_sizes_they_cannot_draw():

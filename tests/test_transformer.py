@@ -629,6 +629,64 @@ def test_pad_embedding_is_zero_and_gets_no_gradient():
     assert torch.all(model.encoder.embed.embedding.weight.grad[0] == 0)
 
 
+# ------------------------------------------------------------------ grouped-query attention (num_kv_heads)
+
+
+def _gqa_model(num_kv_heads, seed: int = 23, heads: int = 4) -> Transformer:
+    torch.manual_seed(seed)
+    config = TransformerConfig(11, 13, num_hiddens=16, ffn_num_hiddens=F, num_heads=heads, num_enc_layers=2,
+                               num_dec_layers=2, max_len=32, num_kv_heads=num_kv_heads)
+    return randomize_(Transformer(config).to(DT), seed).eval()
+
+
+def _repeat_kv_heads_(target: nn.Module, source: nn.Module) -> None:
+    """Copy ``source`` (grouped) into ``target`` (ordinary multi-head attention): query head h reads key/value head
+    h // groups, so each key/value head's rows of W_k and W_v are repeated ``groups`` times."""
+    with torch.no_grad():
+        for name, p in target.named_parameters():
+            q = source.get_parameter(name)
+            if p.shape == q.shape:
+                p.copy_(q)
+                continue
+            rows = q.unflatten(0, (-1, 16 // 4))  # (kv heads, d_h, ...)
+            p.copy_(rows.repeat_interleave(p.shape[0] // q.shape[0], dim=0).flatten(0, 1))
+
+
+def test_num_kv_heads_equal_to_num_heads_is_ordinary_multi_head_attention():
+    plain, same = _gqa_model(None), _gqa_model(4)
+    assert {k: v.shape for k, v in plain.state_dict().items()} == {k: v.shape for k, v in same.state_dict().items()}
+    src, lens, tgt = toy_batch(24)
+    torch.testing.assert_close(same(src, lens, tgt), plain(src, lens, tgt), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("num_kv_heads", [1, 2])
+def test_grouped_decoder_equals_multi_head_attention_with_repeated_key_value_heads(num_kv_heads):
+    grouped, reference = _gqa_model(num_kv_heads), _gqa_model(None, seed=99)
+    _repeat_kv_heads_(reference, grouped)
+    src, lens, tgt = toy_batch(25)
+    torch.testing.assert_close(grouped(src, lens, tgt), reference(src, lens, tgt))
+
+
+@pytest.mark.parametrize("num_kv_heads", [1, 2, 4])
+def test_grouped_decoder_shrinks_the_decoder_caches_only(num_kv_heads):
+    model = _gqa_model(num_kv_heads)
+    d_h, kv_size = 16 // 4, num_kv_heads * 16 // 4
+    for block in model.decoder.blocks:
+        for attention in (block.self_attention, block.cross_attention):
+            assert (attention.W_k.out_features, attention.W_v.out_features) == (kv_size, kv_size)
+    for block in model.encoder.blocks:  # as in Ainslie et al. (2023): the encoder keeps its heads
+        assert block.attention.num_kv_heads == 4
+    src, lens, tgt = toy_batch(26, T=5)
+    full = model(src, lens, tgt)
+    state = model.init_decoder_state(model.encode(src, lens), lens)
+    for t in range(tgt.shape[1]):
+        logits, state = model.decode_step(tgt[:, t : t + 1], state)
+        torch.testing.assert_close(logits, full[:, t])
+    # 2 (keys and values) x batch x kv heads x steps x head size x 8 bytes (float64), per block
+    assert [c.nbytes for c in state.self_caches] == [2 * 3 * num_kv_heads * 5 * d_h * 8] * 2
+    assert all(k.shape == (3, num_kv_heads, 6, d_h) for k, _ in state.memory_kv)
+
+
 # ------------------------------------------------------------------------------ parameter counts
 
 
@@ -685,6 +743,9 @@ def test_transformer_has_the_parameters_of_torch_transformer_plus_embeddings_and
         ({"pad_id": True}, TypeError, "pad_id must be an int"),
         ({"pad_id": 11}, ValueError, "pad_id must be a valid id in every vocabulary"),
         ({"pad_id": -1}, ValueError, "pad_id must be a valid id in every vocabulary"),
+        ({"num_kv_heads": 3, "num_heads": 4}, ValueError, r"num_kv_heads \(3\) must divide num_heads \(4\)"),
+        ({"num_kv_heads": 0}, ValueError, "num_kv_heads must be positive"),
+        ({"num_kv_heads": 1.0}, TypeError, "num_kv_heads must be an int"),
     ],
 )
 def test_bad_config_raises(kwargs, error, match):
@@ -710,6 +771,7 @@ def test_transformer_rejects_a_non_config():
         ({"pad_id": False}, TypeError, "pad_id must be an int"),
         ({"positional": "rope"}, ValueError, 'positional must be "sinusoidal" or "learned"'),
         ({"max_len": 0}, ValueError, "max_len must be positive"),
+        ({"num_kv_heads": 3}, ValueError, r"num_kv_heads \(3\) must divide num_heads \(2\)"),
     ],
 )
 def test_bad_stack_arguments_raise(cls, kwargs, error, match):

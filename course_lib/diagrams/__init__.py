@@ -12,6 +12,7 @@ from .attention import (
     scoring_pipeline_diagram,
 )
 from .decoding import beam_search_diagram, kv_cache_diagram, teacher_forcing_diagram
+from .efficient import flash_tiling_diagram, grouped_query_diagram
 from .multihead import cross_attention_diagram, head_split_diagram, multihead_diagram
 from .normalization import norm_placement_diagram
 from .rnn import bahdanau_diagram
@@ -32,4 +33,6 @@ __all__ = [
     "kv_cache_diagram",
     "beam_search_diagram",
     "bpe_merges_diagram",
+    "flash_tiling_diagram",
+    "grouped_query_diagram",
 ]
