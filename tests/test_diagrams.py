@@ -13,6 +13,11 @@ LABELS = {
     "multihead_diagram": ["concatenate heads", "scaled dot-product\nattention, head 1"],
     "transformer_diagram": ["cross-attention", "masked self-attention", "add & norm",
                             "feed-forward (FFN)", "look-ahead\nmask", "memory (keys, values)"],
+    "decoder_block_diagram": ["RMSNorm", "causal self-attention\n(grouped-query heads)", "SwiGLU feed-forward",
+                              "token embedding (no positions)", "linear to the vocabulary", "decoder\nblock\n× N"],
+    "norm_placement_diagram": ["post-norm (2017)", "pre-norm (GPT-2, Llama)", "LayerNorm", "RMSNorm",
+                               "sublayer F"],
+    "rope_rotation_diagram": ["$R_{2}\\mathbf{q}$", "$R_{0}\\mathbf{k}$", "$R_{7}\\mathbf{q}$"],
 }
 
 
@@ -37,3 +42,15 @@ def test_diagrams_reject_sizes_they_cannot_draw():
         diagrams.multihead_diagram(num_heads=9)
     with pytest.raises(ValueError, match="num_keys"):
         diagrams.attention_pooling_diagram(num_keys=1)
+    with pytest.raises(ValueError, match="pairs"):
+        diagrams.rope_rotation_diagram(pairs=())
+
+
+def test_the_rope_picture_shows_the_same_angle_for_the_same_offset():
+    fig = diagrams.rope_rotation_diagram(theta=0.3, pairs=((3, 1), (9, 7), (4, 0)))
+    try:
+        titles = [ax.get_title() for ax in fig.axes]
+        angles = [t.split("angle ")[1] for t in titles]
+        assert angles[0] == angles[1] != angles[2], titles
+    finally:
+        matplotlib.pyplot.close(fig)

@@ -7,6 +7,7 @@ width. The shared drawing primitives (canvas, boxes, arrows, stacks, the palette
 """
 
 from .attention import attention_pooling_diagram, scoring_pipeline_diagram
+from .decoder import decoder_block_diagram, norm_placement_diagram, rope_rotation_diagram
 from .multihead import multihead_diagram
 from .rnn import bahdanau_diagram
 from .transformer import transformer_diagram
@@ -17,4 +18,7 @@ __all__ = [
     "bahdanau_diagram",
     "multihead_diagram",
     "transformer_diagram",
+    "decoder_block_diagram",
+    "norm_placement_diagram",
+    "rope_rotation_diagram",
 ]
