@@ -32,6 +32,7 @@ from ._core import (
 from . import (  # noqa: E402,F401  isort: skip
     attention_pooling,
     bahdanau,
+    decoder,
     multihead,
     nadaraya_watson,
     positional,
