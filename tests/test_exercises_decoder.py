@@ -234,3 +234,23 @@ def test_perplexity_correct_answer_passes(variant):
 )
 def test_perplexity_wrong_answers_fail_with_hint(answer, hint):
     fails_with("decoder.perplexity", answer, hint)
+
+
+# --- the book's worked solutions ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("label", "name", "exercise"),
+    [
+        ("ch11-ex-rope-d4", "rope_d4", "decoder.rope_d4"),
+        ("ch11-ex-relative", "relative_score", "decoder.relative_score"),
+        ("ch11-ex-swiglu", "swiglu_parameters", "decoder.swiglu_parameters"),
+        ("ch11-ex-slopes", "alibi_slopes", "decoder.alibi_slopes"),
+        ("ch11-ex-permute", "to_rotate_half", "decoder.to_rotate_half"),
+        ("ch11-ex-perplexity", "perplexity", "decoder.perplexity"),
+    ],
+)
+def test_notebook_solutions_pass_the_book_and_a_hidden_variant(solution_function, label, name, exercise):
+    answer = solution_function(label, name)
+    passes(exercise, answer)
+    passes(exercise, answer, variant=3)
