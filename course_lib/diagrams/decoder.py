@@ -35,7 +35,7 @@ def decoder_block_diagram() -> Figure:
     fig, ax = canvas(7.0, 7.4, 10.0, 10.6)
     x, w = 3.9, 4.0
     box(ax, x, 0.45, w, 0.55, r"tokens $x_0, \dots, x_{T-1}$", "query")
-    box(ax, x, 1.35, w, 0.55, "token embedding (no positions)", "op")
+    box(ax, x, 1.35, w + 0.5, 0.55, "token embedding (no positions)", "op")
     arrow(ax, (x, 0.73), (x, 1.07))
     # the block: the stream goes up the centre line, each sublayer on a branch
     norm1, attn, plus1 = 2.75, 3.75, 4.85
