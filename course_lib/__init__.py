@@ -8,13 +8,23 @@ from . import data, diagrams, sparse
 from .alibi import ALiBiKernel, alibi_bias, alibi_slopes
 from .attention import attention_pool, parameter_free_self_attention, softmax_attention
 from .attention_kernels import AttentionKernel, attend, explicit_kernel, fused_kernel, keep_mask
-from .checkpoint import FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
+from .checkpoint import (
+    FORMAT_VERSION,
+    LM_FORMAT_VERSION,
+    CheckpointError,
+    load_checkpoint,
+    load_lm_checkpoint,
+    save_checkpoint,
+    save_lm_checkpoint,
+)
 from .data import (
     DataNotFoundError,
+    LMData,
     Seq2SeqData,
     SubwordTokenizer,
     Vocab,
     load_dates,
+    load_english_lm,
     load_fra_eng,
     load_fra_eng_subwords,
 )
@@ -126,9 +136,12 @@ from .sparse import (
 from .train import (
     TrainHistory,
     evaluate,
+    evaluate_lm,
     evaluate_loss,
+    lm_position_losses,
     masked_cross_entropy,
     predict_split,
+    train_lm,
     train_seq2seq,
     warmup_lr,
 )
@@ -181,7 +194,9 @@ __all__ = [
     "FlashKernel",
     "KERNELS",
     "KVCache",
+    "LM_FORMAT_VERSION",
     "LINEAR_ATTENTION_MODES",
+    "LMData",
     "LearnedPositionalEmbedding",
     "LinearAttentionState",
     "LinearKernel",
@@ -241,6 +256,7 @@ __all__ = [
     "elu_feature_map",
     "epanechnikov_kernel",
     "evaluate",
+    "evaluate_lm",
     "evaluate_loss",
     "exact_match",
     "explicit_kernel",
@@ -263,10 +279,13 @@ __all__ = [
     "lengths_to_mask",
     "linear_attention",
     "linear_attention_step",
+    "lm_position_losses",
     "load_checkpoint",
     "load_dates",
+    "load_english_lm",
     "load_fra_eng",
     "load_fra_eng_subwords",
+    "load_lm_checkpoint",
     "masked_cross_entropy",
     "masked_softmax",
     "model_device",
@@ -290,6 +309,7 @@ __all__ = [
     "rotary_frequencies",
     "rotary_permutation",
     "save_checkpoint",
+    "save_lm_checkpoint",
     "seeded",
     "sequence_log_prob",
     "sequence_mask",
@@ -304,6 +324,7 @@ __all__ = [
     "strided_attention",
     "strided_pattern",
     "swiglu_hidden_size",
+    "train_lm",
     "train_seq2seq",
     "translate",
     "triangular_kernel",

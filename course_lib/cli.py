@@ -1,4 +1,4 @@
-"""Command line: train a translation model within a time budget, then translate with it.
+"""Command line: train a translation model or a language model within a time budget, then use it.
 
 Usage::
 
@@ -7,6 +7,9 @@ Usage::
     python -m course_lib train --task fra-eng --data path/to/fra.txt --model rnn --minutes 10
     python -m course_lib translate --checkpoint dates.pt "March 3, 2001"
     python -m course_lib translate --checkpoint dates.pt < dates.txt   # one output line per input line
+    python -m course_lib train --task lm --minutes 3 --out lm.pt  # a decoder-only LM on English sentences
+    python -m course_lib train --task lm --data my_text.txt --positional alibi --context 128
+    python -m course_lib generate --checkpoint lm.pt "The cat" ""   # continue a prompt; "" starts afresh
 
 Errors (a missing file, a negative budget, a corrupt checkpoint, ...) print one line on stderr and
 exit with a non-zero status.
@@ -28,6 +31,10 @@ __all__ = ["main", "build_parser"]
 
 PROG = "python -m course_lib"
 SUBWORD_VOCAB_SIZE = 2000
+LM_VOCAB_SIZE = 1000  # the English sentences of fra-eng are ~80k tokens: a larger vocabulary sees few of each
+LM_CONTEXT = 64
+TRANSLATION_TASKS = ("dates", "fra-eng")
+POSITIONAL = ("rotary", "alibi", "none", "sinusoidal", "learned")
 # Beam search by default: on fra-eng after 3 CPU minutes, beam 4 gave 39.3 BLEU where greedy gave 36.0.
 BEAM_SIZE = 4
 
@@ -61,42 +68,54 @@ _positive_float = _argument_type(float, "a number", lambda v: v > 0 and math.isf
 _positive_int = _argument_type(int, "an integer", lambda v: v > 0, "must be a positive integer")
 _fraction = _argument_type(float, "a number", lambda v: 0.0 <= v < 1.0, "must be in [0, 1)")
 _seed = _argument_type(int, "an integer", lambda v: 0 <= v < 2**32, "must be in [0, 2**32)")
+_non_negative_float = _argument_type(float, "a number", lambda v: v >= 0 and math.isfinite(v),
+                                     "must be a number >= 0")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``python -m course_lib`` (sub-commands ``train`` and ``translate``)."""
-    parser = _Parser(prog=PROG, description="Train and use the course's translation models.")
+    parser = _Parser(prog=PROG, description="Train and use the course's translation and language models.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     train = commands.add_parser("train", help="train a model within a time budget and report held-out metrics")
-    train.add_argument("--task", required=True, choices=["dates", "fra-eng"],
+    train.add_argument("--task", required=True, choices=[*TRANSLATION_TASKS, "lm"],
                        help="dates: date formats -> ISO (generated, character level); fra-eng: English -> "
-                            "French (word level, a tab-separated file)")
+                            "French (a tab-separated file); lm: a decoder-only language model on sentences "
+                            "(the English side of the fra-eng file, or any text file)")
     train.add_argument("--data", metavar="PATH",
-                       help="fra-eng only: a tab-separated file of sentence pairs (default: the shared copy "
-                            "found through COURSE_DATA_DIR)")
-    train.add_argument("--vocab", choices=["subword", "word"], default="subword",
+                       help="fra-eng: a tab-separated file of sentence pairs; lm: a text file, one sentence a "
+                            "line (its first tab-separated column) (default: the shared fra-eng copy found "
+                            "through COURSE_DATA_DIR)")
+    train.add_argument("--vocab", choices=["subword", "word"],
                        help="fra-eng only: byte-level BPE learned on the training split (no <unk>, default) or "
                             "the chapters' word-level vocabulary")
-    train.add_argument("--vocab-size", type=_positive_int, default=SUBWORD_VOCAB_SIZE,
-                       help="fra-eng with subwords: tokens per language (default: %(default)s)")
-    train.add_argument("--model", choices=["transformer", "rnn"], default="transformer",
-                       help="Transformer or GRU with Bahdanau attention (default: %(default)s)")
+    train.add_argument("--vocab-size", type=_positive_int,
+                       help=f"subword vocabulary size: per language for fra-eng (default {SUBWORD_VOCAB_SIZE}), "
+                            f"of the corpus for lm (default {LM_VOCAB_SIZE})")
+    train.add_argument("--model", choices=["transformer", "rnn"],
+                       help="translation tasks: Transformer (default) or GRU with Bahdanau attention")
+    train.add_argument("--context", type=_positive_int, metavar="L",
+                       help=f"lm only: the tokens of a training window (default {LM_CONTEXT})")
+    train.add_argument("--positional", choices=POSITIONAL,
+                       help="lm only: rotary (RoPE, default), alibi, none, or the sinusoidal or learned vectors "
+                            "added to the embeddings")
     train.add_argument("--minutes", type=_positive_float, default=2.0,
                        help="wall-clock training budget (default: %(default)s)")
     train.add_argument("--epochs", type=_positive_int, help="stop after this many epochs if sooner")
     train.add_argument("--examples", type=_positive_int,
-                       help="dates: pairs to generate; fra-eng: read only the first (shortest) pairs "
-                            "(default: the loader's)")
-    train.add_argument("--batch-size", type=_positive_int, default=64, help="default: %(default)s")
+                       help="dates: pairs to generate; fra-eng: read only the first (shortest) pairs; lm: read "
+                            "only the first lines (default: the loader's)")
+    train.add_argument("--batch-size", type=_positive_int,
+                       help="pairs (translation, default 64) or windows (lm, default 32) per step and process")
     train.add_argument("--lr", type=_positive_float, help="peak learning rate (default: per model)")
     train.add_argument("--label-smoothing", type=_fraction, default=0.0, metavar="EPS",
                        help="label smoothing of the training loss, in [0, 1) (default: %(default)s)")
     train.add_argument("--seed", type=_seed, default=0, help="default: %(default)s")
-    train.add_argument("--beam-size", type=_positive_int, default=BEAM_SIZE,
-                       help="decoding for the held-out metrics: 1 = greedy, else beam search "
-                            "(default: %(default)s)")
-    train.add_argument("--out", metavar="FILE", help="checkpoint to write (default: TASK-MODEL.pt)")
+    train.add_argument("--beam-size", type=_positive_int,
+                       help=f"translation tasks: decoding for the held-out metrics, 1 = greedy, else beam search "
+                            f"(default: {BEAM_SIZE})")
+    train.add_argument("--out", metavar="FILE", help="checkpoint to write (default: TASK-MODEL.pt, "
+                                                     "lm-POSITIONAL.pt for the language model)")
     train.add_argument("--device", help="cpu, cuda, cuda:1, mps, ... (default: CUDA, then MPS, then the CPU; "
                                         "under torchrun, cuda:LOCAL_RANK)")
     train.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
@@ -112,7 +131,45 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--batch-size", type=_positive_int, default=64, help="default: %(default)s")
     tr.add_argument("--max-len", type=_positive_int, help="tokens to generate at most")
     tr.add_argument("--device", help="default: CUDA, then MPS, then the CPU")
+
+    gen = commands.add_parser("generate", help="continue sentences with a trained language model (train --task lm)")
+    gen.add_argument("--checkpoint", required=True, metavar="FILE", help="written by train --task lm")
+    gen.add_argument("prompts", nargs="*",
+                     help='beginnings of sentences to continue; "" starts a new sentence (default: read stdin, '
+                          "one prompt per line)")
+    gen.add_argument("--max-new-tokens", type=_positive_int, default=40,
+                     help="tokens to add at most; a sentence also ends at its <eos> (default: %(default)s)")
+    gen.add_argument("--temperature", type=_non_negative_float, default=0.8,
+                     help="sampling temperature; 0 is greedy decoding (default: %(default)s)")
+    gen.add_argument("--top-k", type=_positive_int, default=50,
+                     help="sample among the k most likely tokens (default: %(default)s)")
+    gen.add_argument("--seed", type=_seed, default=0, help="of the sampling (default: %(default)s)")
+    gen.add_argument("--device", help="default: CUDA, then MPS, then the CPU")
     return parser
+
+
+def _check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors for options given to a task they do not apply to; then fill in the per-task defaults."""
+    if args.command != "train":
+        return
+    if args.task == "lm":
+        for option in ("model", "vocab", "beam_size"):
+            if getattr(args, option) is not None:
+                parser.error(f"--{option.replace('_', '-')} applies to the translation tasks "
+                             f"({', '.join(TRANSLATION_TASKS)}), not to --task lm")
+        args.vocab_size = args.vocab_size or LM_VOCAB_SIZE
+        args.context = args.context or LM_CONTEXT
+        args.positional = args.positional or "rotary"
+        args.batch_size = args.batch_size or 32
+        return
+    for option in ("context", "positional"):
+        if getattr(args, option) is not None:
+            parser.error(f"--{option} applies to --task lm only")
+    args.vocab = args.vocab or "subword"
+    args.vocab_size = args.vocab_size or SUBWORD_VOCAB_SIZE
+    args.model = args.model or "transformer"
+    args.beam_size = args.beam_size or BEAM_SIZE
+    args.batch_size = args.batch_size or 64
 
 
 def _load_data(args: argparse.Namespace):
@@ -120,7 +177,7 @@ def _load_data(args: argparse.Namespace):
 
     if args.task == "dates":
         if args.data is not None:
-            raise ValueError("--data applies to --task fra-eng only (the dates task is generated)")
+            raise ValueError("--data applies to --task fra-eng and lm only (the dates task is generated)")
         kwargs = {"seed": args.seed}
         if args.examples is not None:
             kwargs["n_examples"] = args.examples
@@ -173,6 +230,8 @@ def _train(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _train_in_process(args: argparse.Namespace, out: TextIO, context, device) -> int:
+    if args.task == "lm":
+        return _train_lm(args, out, context, device)
     from .checkpoint import save_checkpoint
     from .train import evaluate, train_seq2seq
     from .utils import num_parameters, set_seed
@@ -212,6 +271,85 @@ def _train_in_process(args: argparse.Namespace, out: TextIO, context, device) ->
         meta["subword"] = {"src": data.src_tokenizer.to_json(), "tgt": data.tgt_tokenizer.to_json()}
     save_checkpoint(path, model, data.src_vocab, data.tgt_vocab, meta=meta)
     print(f"saved {path}", file=out, flush=True)
+    return 0
+
+
+def _train_lm(args: argparse.Namespace, out: TextIO, context, device) -> int:
+    import math
+
+    from .checkpoint import save_lm_checkpoint
+    from .data import load_english_lm
+    from .decoder_lm import DecoderLM, DecoderLMConfig
+    from .train import evaluate_lm, train_lm
+    from .utils import num_parameters, set_seed
+
+    data = load_english_lm(path=args.data, vocab_size=args.vocab_size, seed=args.seed, max_examples=args.examples)
+    split = "test" if len(data.test) > args.context else "valid"
+    for name in ("train", split):
+        data.window_starts(name, args.context)  # a clear error when a split is shorter than one window
+    set_seed(args.seed)  # the model's initial weights (DDP then copies rank 0's to every rank)
+    # Learned positions exist for the trained window only; the other encodings can read longer inputs.
+    max_len = args.context if args.positional == "learned" else max(2048, 4 * args.context)
+    config = DecoderLMConfig(data.vocab_size, num_hiddens=128, num_heads=4, num_kv_heads=2, num_layers=4,
+                             dropout=0.1, tie_embeddings=True, positional=args.positional, max_len=max_len)
+    model = DecoderLM(config)
+    world = (f"; data parallel over {context.world_size} processes ({context.backend}), "
+             f"{args.batch_size} windows each per step" if context is not None else "")
+    info = data.info
+    print(f"lm: {info['sentences']['train']:,} train / {info['sentences']['valid']:,} valid / "
+          f"{info['sentences']['test']:,} test sentences, {len(data.train):,} training tokens "
+          f"(byte-level BPE, {data.vocab_size} tokens); decoder ({args.positional} positions) with "
+          f"{num_parameters(model):,} parameters on {device}{world}", file=out, flush=True)
+    amp = {"auto": True, "bf16": "bf16", "fp32": False}[args.precision]
+    history = train_lm(model, data, context=args.context, minutes=args.minutes, epochs=args.epochs,
+                       lr=args.lr if args.lr is not None else 2e-3, batch_size=args.batch_size, warmup_steps=100,
+                       device=device, seed=args.seed,
+                       progress=sys.stderr.isatty() and (context is None or context.is_main), amp=amp,
+                       compile=args.compile, label_smoothing=args.label_smoothing)
+    if context is not None and not context.is_main:
+        return 0  # rank 0 evaluates and writes the one checkpoint
+    valid = f"; valid loss {history.valid_loss[-1]:.3f}" if history.valid_loss else ""
+    print(f"trained {history.steps} steps ({history.epochs} full epochs) in {history.seconds:.1f} s, "
+          f"stopped by {history.stopped_by}; train loss {history.train_loss[-1]:.3f}{valid}; "
+          f"world size {history.world_size}, autocast {history.amp}", file=out, flush=True)
+    loss = evaluate_lm(model, data, split, args.context)
+    n_tokens = len(data.window_starts(split, args.context)) * args.context
+    print(f"{split}: perplexity {math.exp(loss):.2f} (cross-entropy {loss:.3f} nats per token over "
+          f"{n_tokens:,} tokens, windows of {args.context})", file=out, flush=True)
+    path = args.out if args.out else f"lm-{args.positional}.pt"
+    meta = {"task": "lm", "data": data.name, "path": info.get("path"), "seed": args.seed, "context": args.context,
+            "steps": history.steps, "seconds": history.seconds,
+            "metrics": {"split": split, "perplexity": math.exp(loss), "cross_entropy": loss, "n_tokens": n_tokens}}
+    save_lm_checkpoint(path, model, data.tokenizer, meta=meta)
+    print(f"saved {path}", file=out, flush=True)
+    return 0
+
+
+def _generate(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
+    import torch
+
+    from .checkpoint import load_lm_checkpoint
+
+    device = torch.device(args.device) if args.device else default_device()
+    model, tokenizer, _ = load_lm_checkpoint(args.checkpoint, device=device)
+    eos = tokenizer.vocab.eos
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+
+    def run(prompt: str) -> str:
+        # A sentence of the training stream starts after an <eos>: so does every prompt.
+        tokens = tokenizer.tokenize(prompt)
+        ids = torch.tensor([[eos, *tokenizer.vocab.encode(tokens)]], device=device)
+        new = model.generate(ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                             generator=generator, eos_id=eos)[0, ids.shape[1]:].tolist()
+        new = new[:new.index(eos)] if eos in new else new
+        return tokenizer.detokenize(tokens + tokenizer.vocab.decode(new))
+
+    if args.prompts:
+        for prompt in args.prompts:
+            print(run(prompt), file=out, flush=True)
+        return 0
+    for line in stdin:
+        print(run(line.rstrip("\r\n")), file=out, flush=True)
     return 0
 
 
@@ -269,12 +407,16 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
         argv: the arguments without the program name (default ``sys.argv[1:]``).
         stdin, stdout: streams to read sentences from and write results to (default the process's).
     """
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check_options(parser, args)
     stdin = sys.stdin if stdin is None else stdin
     stdout = sys.stdout if stdout is None else stdout
     try:
         if args.command == "train":
             return _train(args, stdout)
+        if args.command == "generate":
+            return _generate(args, stdin, stdout)
         return _translate(args, stdin, stdout)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

@@ -13,6 +13,10 @@ without cross-attention, with three parts replaced:
 - **rotary positions** inside attention (:class:`~course_lib.rotary.RotaryKernel`) instead of a vector
   added to the embeddings, and **grouped-query attention** (``num_kv_heads``, chapter 10).
 
+For the comparison of position encodings (chapter 11.1) the configuration also offers ALiBi's biases
+(``positional="alibi"``), no positions at all (``"none"``: a causal model can still infer them), and
+chapter 6's absolute positions added to the token embeddings (``"sinusoidal"``, ``"learned"``).
+
 :class:`DecoderLM` stacks the blocks between a token embedding and a final RMSNorm and linear layer to
 the vocabulary (tied to the embedding or not); :meth:`DecoderLM.from_hf_llama` copies the weights of a
 Hugging Face ``LlamaForCausalLM`` (tested equal). Shapes: ``B`` batch, ``T`` tokens, ``d`` =
@@ -44,12 +48,15 @@ from ._validation import (
 from .alibi import ALiBiKernel
 from .attention_kernels import AttentionKernel, fused_kernel
 from .multihead import KVCache, MultiHeadAttention
+from .positional import LearnedPositionalEmbedding, PositionalEncoding
 from .rotary import RotaryKernel
 
 __all__ = ["DecoderLM", "DecoderLMBlock", "DecoderLMConfig", "DecoderLMState", "RMSNorm", "SwiGLU",
            "swiglu_hidden_size"]
 
-_POSITIONAL = ("rotary", "alibi", "none")
+_POSITIONAL = ("rotary", "alibi", "none", "sinusoidal", "learned")
+# The standard deviation of the initial embeddings and matrices (GPT-2's); the absolute positions start at it.
+_INIT_STD = 0.02
 
 
 class RMSNorm(nn.Module):
@@ -211,8 +218,14 @@ class DecoderLMConfig:
         num_layers: blocks.
         ffn_num_hiddens: SwiGLU's hidden size; ``None`` takes :func:`swiglu_hidden_size` (d, ``multiple_of``).
         multiple_of: the rounding of that default (Llama uses 256).
-        positional: where the positions enter attention: ``"rotary"`` (RoPE, as Llama), ``"alibi"``
-            (linear biases) or ``"none"`` (a causal model can still infer positions).
+        positional: how the model knows positions: inside attention, ``"rotary"`` (RoPE, as Llama) or
+            ``"alibi"`` (linear biases); ``"none"`` (a causal model can still infer them); or a vector added
+            to each token's embedding, chapter 6's ``"sinusoidal"`` table or ``"learned"`` vectors. The
+            added vectors start at the scale of the embeddings: the sinusoids are multiplied by 0.02·√2
+            (each feature's root mean square, 1/√2, becomes the 0.02 standard deviation of the initial
+            embeddings) and the learned vectors are drawn from N(0, 0.02²), as GPT-2's.
+        max_len: the positions an added encoding covers (``"sinusoidal"``, ``"learned"``); longer inputs are
+            refused. Rotary, ALiBi and no positions have no such limit.
         rope_base: the base of the rotary frequencies (Llama 2: 10000; Llama 3: 500000).
         norm_eps: the RMSNorms' epsilon.
         dropout: one rate for the attention weights, the sublayer outputs and the embeddings.
@@ -240,14 +253,15 @@ class DecoderLMConfig:
     num_layers: int = 2
     ffn_num_hiddens: int | None = None
     multiple_of: int = 32
-    positional: Literal["rotary", "alibi", "none"] = "rotary"
+    positional: Literal["rotary", "alibi", "none", "sinusoidal", "learned"] = "rotary"
     rope_base: float = 10000.0
     norm_eps: float = 1e-6
     dropout: float = 0.0
     tie_embeddings: bool = False
+    max_len: int = 2048
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "num_hiddens", "num_heads", "num_layers", "multiple_of"):
+        for name in ("vocab_size", "num_hiddens", "num_heads", "num_layers", "multiple_of", "max_len"):
             check_positive_int(getattr(self, name), name)
         for name in ("num_kv_heads", "ffn_num_hiddens"):
             if getattr(self, name) is not None:
@@ -324,6 +338,8 @@ class DecoderLM(nn.Module):
     Weights are drawn as in GPT-2 and nanoGPT: every matrix from N(0, 0.02²), the two matrices that
     write into the residual stream of each block (``W_o`` and ``W_down``) scaled down by
     :math:`\\sqrt{2L}` so that the stream's variance does not grow with depth; RMSNorm gains are ones.
+    With ``positional="sinusoidal"`` or ``"learned"`` a position vector (``positions``, chapter 6's module)
+    is added to each token's embedding, at the embeddings' scale (:class:`DecoderLMConfig`).
     No dropout is applied in evaluation mode: call ``model.eval()`` before :meth:`generate`.
 
     Args:
@@ -345,6 +361,7 @@ class DecoderLM(nn.Module):
             raise TypeError(f"config must be a DecoderLMConfig, got {type(config).__name__}")
         self.config = c = config
         self.embedding = nn.Embedding(c.vocab_size, c.num_hiddens)
+        self.positions = _added_positions(c)  # None: the positions act inside attention, or not at all
         self.dropout = nn.Dropout(c.dropout)
         kernel = _kernel(c)
         self.blocks = nn.ModuleList(
@@ -360,10 +377,12 @@ class DecoderLM(nn.Module):
             self.lm_head.weight = self.embedding.weight
 
     def _init_weights(self) -> None:
-        std = 0.02
+        std = _INIT_STD
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, std=std)
+        if isinstance(self.positions, LearnedPositionalEmbedding):
+            nn.init.normal_(self.positions.P, std=std)
         for block in self.blocks:
             for residual_writer in (block.attention.W_o, block.ffn.W_down):
                 nn.init.normal_(residual_writer.weight, std=std / math.sqrt(2 * self.config.num_layers))
@@ -418,10 +437,20 @@ class DecoderLM(nn.Module):
 
     def _run(self, tokens: torch.Tensor, caches: list[KVCache] | None) -> torch.Tensor:
         """The stack itself, for checked tokens; appends to ``caches`` when given."""
-        X = self.dropout(self.embedding(tokens))  # (B, T, d)
+        X = self.embedding(tokens)  # (B, T, d)
+        if self.positions is not None:
+            offset = len(caches[0]) if caches else 0  # the position of tokens[:, 0]
+            self._check_max_len(offset + tokens.shape[1])
+            X = self.positions(X, offset)
+        X = self.dropout(X)
         for i, block in enumerate(self.blocks):
             X = block(X, kv_cache=None if caches is None else caches[i])
         return self.lm_head(self.norm(X))  # (B, T, V)
+
+    def _check_max_len(self, length: int) -> None:
+        if self.positions is not None and length > self.config.max_len:
+            raise ValueError(f"the {self.config.positional} positions of this model cover {self.config.max_len} "
+                             f"tokens (DecoderLMConfig.max_len), got a sequence of {length}")
 
     def _check_tokens(self, tokens: object, name: str) -> None:
         check_tokens(tokens, name, "(batch, T)", self.config.vocab_size)
@@ -466,6 +495,7 @@ class DecoderLM(nn.Module):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
         if eos_id is not None:
             check_token_id(eos_id, "eos_id", self.config.vocab_size)
+        self._check_max_len(tokens.shape[1] + max_new_tokens - 1)  # the last new token is never fed back
         out, caches = [tokens], self.init_state().caches
         done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
         step_input = tokens
@@ -542,6 +572,21 @@ def _kernel(config: DecoderLMConfig) -> AttentionKernel:
     if config.positional == "alibi":
         return ALiBiKernel()
     return fused_kernel
+
+
+def _added_positions(config: DecoderLMConfig) -> PositionalEncoding | LearnedPositionalEmbedding | None:
+    """Chapter 6's position vectors for ``"sinusoidal"`` and ``"learned"``, at the embeddings' scale; else None.
+
+    Chapter 7 scaled the embeddings up by sqrt(d) to meet sinusoids of amplitude 1; here the embeddings keep
+    GPT-2's N(0, 0.02²) (the same in every variant) and the positions come down to them.
+    """
+    if config.positional == "sinusoidal":
+        table = PositionalEncoding(config.num_hiddens, 0.0, config.max_len)
+        table.P.mul_(_INIT_STD * math.sqrt(2))  # each feature's RMS 1/sqrt(2) -> 0.02 (a fixed buffer)
+        return table
+    if config.positional == "learned":
+        return LearnedPositionalEmbedding(config.num_hiddens, 0.0, config.max_len)  # drawn in _init_weights
+    return None
 
 
 def _choose(logits: torch.Tensor, temperature: float, top_k: int | None,

@@ -1,4 +1,4 @@
-r"""Training and evaluating seq2seq models (teacher forcing, masked cross-entropy, BLEU).
+r"""Training and evaluating seq2seq models (teacher forcing, masked cross-entropy, BLEU) and language models.
 
 Teacher forcing: the decoder reads the true previous token ``<bos> y_1 ... y_{T-1}`` and is trained
 to predict ``y_1 ... y_T <eos>``; the loss is the cross-entropy averaged over the real (non-padding)
@@ -8,6 +8,12 @@ target tokens,
 
 :func:`train_seq2seq` works with any model that follows the seq2seq protocol (see
 :mod:`course_lib.rnn`) and any data object with the :class:`course_lib.data.Seq2SeqData` interface.
+
+A language model (chapter 11) is trained the same way on windows of one token stream
+(:class:`course_lib.data.LMData`): :func:`train_lm` predicts every token of a window from the ones before
+it, and :func:`evaluate_lm` / :func:`lm_position_losses` measure the held-out cross-entropy, whose
+exponential is the perplexity. Both trainers share one loop: the time budget, the seed, mixed precision,
+``torch.distributed`` data parallelism and the progress bar behave the same.
 """
 
 from __future__ import annotations
@@ -45,7 +51,10 @@ __all__ = [
     "warmup_lr",
     "TrainHistory",
     "train_seq2seq",
+    "train_lm",
     "evaluate_loss",
+    "evaluate_lm",
+    "lm_position_losses",
     "predict_split",
     "evaluate",
 ]
@@ -229,17 +238,30 @@ def train_seq2seq(model: Seq2SeqModel, data, *, minutes: float | None = None, ep
         >>> history.steps, history.epochs, history.stopped_by, history.valid_steps, len(history.train_loss)
         (4, 2, 'epochs', [2, 4], 4)
     """
+    check_seq2seq_model(model)
     label_smoothing = _check_training_arguments(
-        model, data, minutes=minutes, epochs=epochs, lr=lr, batch_size=batch_size, warmup_steps=warmup_steps,
+        minutes=minutes, epochs=epochs, lr=lr, batch_size=batch_size, warmup_steps=warmup_steps,
         clip=clip, eval_every=eval_every, label_smoothing=label_smoothing, amp=amp)
+    if not len(data.train):
+        raise ValueError("data.train is empty: nothing to train on")
+    task = _Seq2SeqTask(data, label_smoothing)
+    return _train(model, task, minutes=minutes, epochs=epochs, lr=lr, batch_size=batch_size,
+                  warmup_steps=warmup_steps, clip=clip, device=device, seed=seed, progress=progress,
+                  eval_every=eval_every, amp=amp, compile=compile)
+
+
+def _train(model: nn.Module, task: _Task, *, minutes: float | None, epochs: int | None, lr: float,
+           batch_size: int, warmup_steps: int, clip: float | None, device: torch.device | str | None, seed: int,
+           progress: bool, eval_every: int | None, amp: bool | str, compile: bool) -> TrainHistory:
+    """The training loop both trainers share, on checked arguments."""
     # Set up: seeds, the model on its device (DDP-wrapped, compiled), Adam and its schedule, autocast.
-    run = _TrainingRun(model, data, device=device, seed=seed, lr=lr, warmup_steps=warmup_steps, amp=amp,
+    run = _TrainingRun(model, task, device=device, seed=seed, lr=lr, warmup_steps=warmup_steps, amp=amp,
                        compile=compile)
-    total = epochs * math.ceil(len(data.train) / batch_size) if epochs is not None else None
+    total = epochs * task.steps_per_epoch(batch_size, run.world.size) if epochs is not None else None
     with run.started(minutes, progress=progress, total=total):  # the clock and the progress bar
         while epochs is None or run.history.epochs < epochs:
             for batch in run.batches(batch_size):
-                run.step(batch, clip=clip, label_smoothing=label_smoothing)  # forward, loss, backward, Adam
+                run.step(batch, clip=clip)  # forward, loss, backward, Adam
                 if eval_every is not None and run.history.steps % eval_every == 0:
                     run.validate()
                 if run.out_of_time():
@@ -253,11 +275,72 @@ def train_seq2seq(model: Seq2SeqModel, data, *, minutes: float | None = None, ep
     return run.history
 
 
-def _check_training_arguments(model, data, *, minutes: float | None, epochs: int | None, lr: float,
-                              batch_size: int, warmup_steps: int, clip: float | None, eval_every: int | None,
+@global_state_preserved()
+def train_lm(model: nn.Module, data, *, context: int, minutes: float | None = None, epochs: int | None = None,
+             lr: float = 1e-3, batch_size: int = 32, warmup_steps: int = 0, clip: float | None = 1.0,
+             device: torch.device | str | None = None, seed: int = 0, progress: bool = True,
+             eval_every: int | None = None, amp: bool | str = True, compile: bool = False,
+             label_smoothing: float = 0.0) -> TrainHistory:
+    r"""Train a language model on windows of a token stream with Adam, within a time and/or epoch budget.
+
+    Each step takes ``batch_size`` windows of ``context + 1`` contiguous tokens of the training stream
+    (:class:`course_lib.data.LMData`) and minimises the mean next-token cross-entropy over their
+    ``batch_size * context`` predictions,
+
+    .. math:: \mathcal L = -\frac{1}{BL}\sum_{b=1}^{B}\sum_{t=1}^{L} \log P(x_{b,t} \mid x_{b,0}, \dots, x_{b,t-1}).
+
+    An epoch visits the non-overlapping windows of the stream once, from a random offset in
+    ``[0, context)`` and in a random order (:meth:`course_lib.data.LMData.epoch_starts`). Everything else
+    is :func:`train_seq2seq`'s loop: the budget (``minutes`` and/or ``epochs``, checked after every step),
+    the warm-up schedule, gradient clipping, the seed (a run on the CPU reproduces exactly), autocast on
+    CUDA (``amp``), ``torch.compile``, and data parallelism under ``torchrun`` (each rank takes
+    ``batch_size`` windows of every global batch; one step on N processes equals one step on one process
+    with N times the batch). The validation loss is :func:`evaluate_lm` at the training context.
+
+    Args:
+        model: maps (B, T) token ids to (B, T, V) next-token logits (a :class:`course_lib.DecoderLM`); it
+            is moved to ``device``.
+        data: a :class:`course_lib.data.LMData`.
+        context: L, the tokens of a training window (the model is trained at positions 0 .. L - 1).
+        minutes, epochs, lr, batch_size, warmup_steps, clip, device, seed, progress, eval_every, amp,
+            compile, label_smoothing: as in :func:`train_seq2seq` (``batch_size`` counts windows).
+
+    Returns:
+        A :class:`TrainHistory` (``tokens``: predicted tokens). The model is left in eval mode on ``device``.
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module`` or ``data`` not an ``LMData``.
+        ValueError: a bad budget or size, or a training stream without one window of ``context + 1`` tokens.
+
+    Examples:
+        >>> from course_lib.data import LMData, generated_sentences
+        >>> data = LMData.from_sentences(generated_sentences(200), vocab_size=280)
+        >>> model = DecoderLM(DecoderLMConfig(data.vocab_size, num_hiddens=16, num_heads=2, num_layers=1))
+        >>> history = train_lm(model, data, context=16, epochs=2, lr=1e-2, progress=False, device="cpu")
+        >>> history.epochs, history.valid_loss[-1] < history.train_loss[0]
+        (2, True)
+    """
+    from .data.lm import LMData
+
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module mapping (B, T) tokens to (B, T, V) logits, got "
+                        f"{type(model).__name__}")
+    if not isinstance(data, LMData):
+        raise TypeError(f"data must be a course_lib.data.LMData (token streams), got {type(data).__name__}")
+    context = check_positive_int(context, "context")
+    label_smoothing = _check_training_arguments(
+        minutes=minutes, epochs=epochs, lr=lr, batch_size=batch_size, warmup_steps=warmup_steps,
+        clip=clip, eval_every=eval_every, label_smoothing=label_smoothing, amp=amp)
+    data.window_starts("train", context)  # at least one window, or a clear error
+    return _train(model, _LMTask(data, context, label_smoothing), minutes=minutes, epochs=epochs, lr=lr,
+                  batch_size=batch_size, warmup_steps=warmup_steps, clip=clip, device=device, seed=seed,
+                  progress=progress, eval_every=eval_every, amp=amp, compile=compile)
+
+
+def _check_training_arguments(*, minutes: float | None, epochs: int | None, lr: float, batch_size: int,
+                              warmup_steps: int, clip: float | None, eval_every: int | None,
                               label_smoothing: float, amp: bool | str) -> float:
-    """Validate :func:`train_seq2seq`'s arguments; returns ``label_smoothing`` as a float."""
-    check_seq2seq_model(model)
+    """Validate the arguments both trainers share; returns ``label_smoothing`` as a float."""
     if minutes is None and epochs is None:
         raise ValueError("give minutes= (a wall-clock budget) or epochs= (or both); got neither")
     if minutes is not None:
@@ -272,8 +355,6 @@ def _check_training_arguments(model, data, *, minutes: float | None, epochs: int
         check_positive(clip, "clip")
     if eval_every is not None:
         check_positive_int(eval_every, "eval_every")
-    if not len(data.train):
-        raise ValueError("data.train is empty: nothing to train on")
     label_smoothing = check_probability(label_smoothing, "label_smoothing")
     if amp not in (True, False, "bf16"):
         raise ValueError(f'amp must be True, False or "bf16", got {amp!r}')
@@ -323,18 +404,16 @@ class _DataParallel:
         # DDP broadcasts rank 0's weights, then averages the gradients during backward.
         return DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
 
-    def batches(self, data, batch_size: int, generator: torch.Generator) -> Iterator:
+    def batches(self, task: _Task, batch_size: int, generator: torch.Generator) -> Iterator:
         """One epoch of shuffled training batches; with several ranks, this rank's part of each global
-        batch of ``size * batch_size`` pairs (the same shuffled order on every rank)."""
+        batch of ``size * batch_size`` examples (the same shuffled order on every rank)."""
         if self.size == 1:
-            yield from data.batches("train", batch_size, shuffle=True, generator=generator)
+            yield from task.batches(batch_size, generator)
             return
-        from .data import make_batch
         from .distributed import shard_batches
 
-        order = torch.randperm(len(data.train), generator=generator).tolist()
-        for indices in shard_batches(order, batch_size, self.rank, self.size):
-            yield make_batch([data.train[i] for i in indices], data.src_vocab, data.tgt_vocab)
+        for examples in shard_batches(task.epoch_order(generator), batch_size, self.rank, self.size):
+            yield task.batch(examples)
 
     def token_mean(self, loss: torch.Tensor,
                    n_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -364,17 +443,114 @@ class _DataParallel:
         return bool(flag.item())
 
 
+class _Task:
+    """What a trainer trains on: the epoch's examples, their batches, the model's loss, the validation loss.
+
+    ``epoch_order`` (one epoch's examples, shuffled with the run's generator) and ``batch`` (the batch of
+    some of them) serve data parallelism, which deals each rank its part of every global batch; a single
+    process takes ``batches``.
+    """
+
+    has_valid: bool
+
+    def steps_per_epoch(self, batch_size: int, world_size: int) -> int:
+        raise NotImplementedError
+
+    def batches(self, batch_size: int, generator: torch.Generator) -> Iterator:
+        raise NotImplementedError
+
+    def epoch_order(self, generator: torch.Generator) -> list[int]:
+        raise NotImplementedError
+
+    def batch(self, examples: list[int]):
+        raise NotImplementedError
+
+    def forward(self, model: nn.Module, batch) -> torch.Tensor:
+        """The model's logits on the batch (run under autocast)."""
+        raise NotImplementedError
+
+    def loss(self, logits: torch.Tensor, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the batch's token-mean training loss, its number of target tokens as a float tensor)."""
+        raise NotImplementedError
+
+    def valid_loss(self, model: nn.Module, device: torch.device) -> float:
+        raise NotImplementedError
+
+
+class _Seq2SeqTask(_Task):
+    """Sentence pairs, teacher forcing, masked cross-entropy (with label smoothing): :func:`train_seq2seq`."""
+
+    def __init__(self, data, label_smoothing: float) -> None:
+        self.data, self.label_smoothing = data, label_smoothing
+        self.has_valid = len(data.valid) > 0
+
+    def steps_per_epoch(self, batch_size: int, world_size: int) -> int:
+        return math.ceil(len(self.data.train) / batch_size)
+
+    def batches(self, batch_size: int, generator: torch.Generator) -> Iterator:
+        return self.data.batches("train", batch_size, shuffle=True, generator=generator)
+
+    def epoch_order(self, generator: torch.Generator) -> list[int]:
+        return torch.randperm(len(self.data.train), generator=generator).tolist()
+
+    def batch(self, examples: list[int]):
+        from .data import make_batch
+
+        return make_batch([self.data.train[i] for i in examples], self.data.src_vocab, self.data.tgt_vocab)
+
+    def forward(self, model: nn.Module, batch) -> torch.Tensor:
+        return model(batch.src, batch.src_valid_lens, batch.tgt_in)
+
+    def loss(self, logits: torch.Tensor, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        loss = masked_cross_entropy(logits.float(), batch.tgt_out, batch.tgt_valid_lens, self.label_smoothing)
+        return loss, batch.tgt_valid_lens.sum().float()
+
+    def valid_loss(self, model: nn.Module, device: torch.device) -> float:
+        return evaluate_loss(model, self.data, "valid", device=device)
+
+
+class _LMTask(_Task):
+    """Windows of a token stream, next-token cross-entropy: :func:`train_lm`."""
+
+    def __init__(self, data, context: int, label_smoothing: float) -> None:
+        self.data, self.context, self.label_smoothing = data, context, label_smoothing
+        self.has_valid = len(data.valid) > context
+
+    def steps_per_epoch(self, batch_size: int, world_size: int) -> int:
+        return math.ceil((len(self.data.train) - 1) // self.context / (batch_size * world_size))
+
+    def batches(self, batch_size: int, generator: torch.Generator) -> Iterator:
+        return self.data.batches("train", batch_size, self.context, shuffle=True, generator=generator)
+
+    def epoch_order(self, generator: torch.Generator) -> list[int]:
+        return self.data.epoch_starts("train", self.context, generator)
+
+    def batch(self, examples: list[int]):
+        return self.data.batch("train", examples, self.context)
+
+    def forward(self, model: nn.Module, batch) -> torch.Tensor:
+        return model(batch.inputs)  # (B, L, V)
+
+    def loss(self, logits: torch.Tensor, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        loss = F.cross_entropy(logits.float().flatten(0, 1), batch.targets.flatten(),
+                               label_smoothing=self.label_smoothing)
+        return loss, torch.tensor(float(batch.n_tokens), device=logits.device)
+
+    def valid_loss(self, model: nn.Module, device: torch.device) -> float:
+        return evaluate_lm(model, self.data, "valid", self.context, device=device)
+
+
 class _TrainingRun:
-    """The state of one :func:`train_seq2seq` run and what its loop does: step, validate, end an epoch.
+    """The state of one training run and what its loop does: step, validate, end an epoch.
 
     Set-up seeds the run, moves the model to its device in training mode, wraps it for data
     parallelism and ``torch.compile``, and makes Adam, its warm-up schedule and the autocast /
     gradient-scaler pair. Step losses stay on the device and are read back in chunks (:meth:`_flush`).
     """
 
-    def __init__(self, model: Seq2SeqModel, data, *, device: torch.device | str | None, seed: int, lr: float,
+    def __init__(self, model: nn.Module, task: _Task, *, device: torch.device | str | None, seed: int, lr: float,
                  warmup_steps: int, amp: bool | str, compile: bool) -> None:
-        self.model, self.data = model, data
+        self.model, self.task = model, task
         self.device = torch.device(device) if device is not None else try_gpu()
         # Deterministic kernels are requested on the CPU only: on CUDA they would cost speed and warn.
         set_seed(seed, deterministic=self.device.type == "cpu")
@@ -390,7 +566,7 @@ class _TrainingRun:
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
         self.history = TrainHistory(device=str(self.device), world_size=self.world.size,
                                     amp=str(self.amp_dtype).replace("torch.", "") if self.amp_dtype else "off")
-        self.has_valid = len(data.valid) > 0 and self.world.rank == 0
+        self.has_valid = task.has_valid and self.world.rank == 0
         self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (loss, n_tokens), read back in chunks
         self.pending_norms: list[torch.Tensor] = []  # gradient norms before clipping, read back with them
         self.epoch_loss = self.epoch_tokens = 0.0
@@ -413,15 +589,15 @@ class _TrainingRun:
 
     def batches(self, batch_size: int) -> Iterator:
         """This epoch's shuffled training batches, on the device."""
-        for batch in self.world.batches(self.data, batch_size, self.generator):
+        for batch in self.world.batches(self.task, batch_size, self.generator):
             yield batch.to(self.device)
 
-    def step(self, batch, *, clip: float | None, label_smoothing: float) -> None:
-        """One optimiser step: forward (under autocast), masked cross-entropy, backward, clip, Adam."""
+    def step(self, batch, *, clip: float | None) -> None:
+        """One optimiser step: forward (under autocast), the task's loss, backward, clip, Adam."""
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
-            logits = self.step_model(batch.src, batch.src_valid_lens, batch.tgt_in)
-        loss = masked_cross_entropy(logits.float(), batch.tgt_out, batch.tgt_valid_lens, label_smoothing)
-        loss, n_tokens, objective = self.world.token_mean(loss, batch.tgt_valid_lens.sum().float())
+            logits = self.task.forward(self.step_model, batch)
+        loss, n_tokens = self.task.loss(logits, batch)
+        loss, n_tokens, objective = self.world.token_mean(loss, n_tokens)
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(objective).backward()
         if clip:
@@ -452,7 +628,7 @@ class _TrainingRun:
         history = self.history
         if self.has_valid and (not history.valid_steps or history.valid_steps[-1] != history.steps):
             history.valid_steps.append(history.steps)
-            history.valid_loss.append(evaluate_loss(self.model, self.data, "valid", device=self.device))
+            history.valid_loss.append(self.task.valid_loss(self.model, self.device))
             self.model.train()
 
     def end_epoch(self) -> None:
@@ -518,6 +694,90 @@ def evaluate_loss(model: Seq2SeqModel, data, split: str = "valid", batch_size: i
     finally:
         model.train(was_training)
     return float(total) / n_tokens if n_tokens else float("nan")
+
+
+def lm_position_losses(model: nn.Module, data, split: str = "valid", length: int = 64, batch_size: int = 64,
+                       device: torch.device | str | None = None, stride: int | None = None) -> torch.Tensor:
+    r"""The mean next-token cross-entropy at each position of the windows of a split (dropout off).
+
+    The stream is cut into windows of ``length + 1`` tokens from offset 0, ``stride`` apart
+    (:meth:`course_lib.data.LMData.window_starts`; by default they do not overlap); position ``t`` of a
+    window predicts its token ``t + 1`` from tokens ``0 .. t``. Entry ``t`` of the result is that
+    cross-entropy averaged over the windows, so ``exp`` of it is the perplexity at position ``t`` and,
+    without overlap, ``exp`` of the mean over positions the perplexity of the split read in windows of
+    ``length`` (:func:`evaluate_lm`). Evaluated at a ``length`` beyond the training context, it shows
+    how a model's positions extrapolate; a ``stride`` below ``length`` averages each position over more
+    windows (a smoother curve, ``length / stride`` times the work).
+
+    Args:
+        model: maps (B, T) token ids to (B, T, V) logits.
+        data: a :class:`course_lib.data.LMData`.
+        split: ``"train"``, ``"valid"`` or ``"test"``.
+        length: the window's predicted tokens.
+        batch_size: windows per forward pass.
+        device: default the model's device.
+        stride: the distance between the starts of consecutive windows (default ``length``).
+
+    Returns:
+        (length,) float64 on the CPU, in nats.
+
+    Examples:
+        >>> from course_lib import DecoderLM, DecoderLMConfig
+        >>> from course_lib.data import LMData, generated_sentences
+        >>> data = LMData.from_sentences(generated_sentences(200), vocab_size=270)
+        >>> model = DecoderLM(DecoderLMConfig(data.vocab_size, num_hiddens=16, num_heads=2, num_layers=1))
+        >>> losses = lm_position_losses(model, data, "valid", length=8, device="cpu")
+        >>> losses.shape, losses.dtype  # one mean cross-entropy (nats) per position
+        (torch.Size([8]), torch.float64)
+        >>> mean = evaluate_lm(model, data, "valid", context=8, device="cpu")  # the same windows
+        >>> abs(losses.mean().item() - mean) < 1e-4
+        True
+    """
+    from .data.lm import LMData
+
+    if not isinstance(data, LMData):
+        raise TypeError(f"data must be a course_lib.data.LMData (token streams), got {type(data).__name__}")
+    starts = data.window_starts(split, length, stride=stride)
+    batch_size = check_positive_int(batch_size, "batch_size")
+    device = torch.device(device) if device is not None else model_device(model)
+    total = torch.zeros(length, dtype=torch.float64, device=device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for i in range(0, len(starts), batch_size):
+                batch = data.batch(split, starts[i:i + batch_size], length).to(device)
+                logits = model(batch.inputs).float()  # (b, L, V)
+                token_loss = F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")  # (b, L)
+                total += token_loss.sum(0).double()
+    finally:
+        model.train(was_training)
+    return (total / len(starts)).cpu()
+
+
+def evaluate_lm(model: nn.Module, data, split: str = "valid", context: int = 64, batch_size: int = 64,
+                device: torch.device | str | None = None) -> float:
+    """The held-out mean next-token cross-entropy of a split read in windows of ``context`` (dropout off).
+
+    Every position of every non-overlapping window counts once (:func:`lm_position_losses`); the
+    perplexity is ``math.exp`` of the result.
+
+    Args:
+        model, data, split, batch_size, device: as in :func:`lm_position_losses`.
+        context: the predicted tokens of a window.
+
+    Returns:
+        The mean cross-entropy in nats per token.
+
+    Examples:
+        >>> from course_lib.data import LMData, generated_sentences
+        >>> data = LMData.from_sentences(generated_sentences(200), vocab_size=280)
+        >>> model = DecoderLM(DecoderLMConfig(data.vocab_size, num_hiddens=16, num_heads=2, num_layers=1))
+        >>> untrained = math.exp(evaluate_lm(model, data, "valid", context=16))
+        >>> abs(untrained - data.vocab_size) / data.vocab_size < 0.1  # about uniform over the vocabulary
+        True
+    """
+    return float(lm_position_losses(model, data, split, context, batch_size, device).mean())
 
 
 def _check_split(split: str) -> None:

@@ -203,3 +203,110 @@ def test_a_gru_checkpoint_saved_before_the_hidden_size_rename_still_loads(tmp_pa
     torch.save(content, path)
     loaded, _, _, _ = load_checkpoint(path, device="cpu")
     assert loaded.config == model.config
+
+
+# --- language-model checkpoints ----------------------------------------------------------------------
+
+
+def _lm(positional="rotary", tie=True):
+    from course_lib import DecoderLM, DecoderLMConfig
+    from course_lib.data import LMData, generated_sentences
+
+    data = LMData.from_sentences(generated_sentences(200, seed=4), vocab_size=280)
+    torch.manual_seed(0)
+    config = DecoderLMConfig(data.vocab_size, num_hiddens=16, num_heads=4, num_kv_heads=2, num_layers=2,
+                             positional=positional, tie_embeddings=tie, max_len=32, dropout=0.1)
+    return DecoderLM(config), data.tokenizer
+
+
+@pytest.mark.parametrize("positional, tie", [("rotary", True), ("alibi", False), ("none", True),
+                                             ("sinusoidal", False), ("learned", True)])
+def test_lm_round_trip_rebuilds_the_same_model_and_tokenizer(tmp_path, positional, tie):
+    from course_lib.checkpoint import load_lm_checkpoint, save_lm_checkpoint
+
+    model, tokenizer = _lm(positional, tie)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p))  # not the initialisation: the weights must come from the file
+    path = save_lm_checkpoint(tmp_path / "lm.pt", model, tokenizer, meta={"context": 16, "perplexity": 12.5})
+    loaded, tokenizer2, meta = load_lm_checkpoint(path, device="cpu")
+    assert loaded.config == model.config and meta == {"context": 16, "perplexity": 12.5} and not loaded.training
+    assert tokenizer2.vocab == tokenizer.vocab and tokenizer2.to_json() == tokenizer.to_json()
+    assert (loaded.lm_head.weight is loaded.embedding.weight) == tie
+    tokens = torch.randint(0, 280, (2, 9), generator=torch.Generator().manual_seed(0))
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(tokens), model(tokens), rtol=0, atol=0)
+    content = torch.load(path, weights_only=True)  # plain data for a safe load
+    assert content["format"] == "course_lib.lm" and content["format_version"] == 1
+
+
+def test_each_loader_names_the_other_for_the_other_kind_of_file(tmp_path):
+    from course_lib.checkpoint import load_lm_checkpoint, save_lm_checkpoint
+
+    model, tokenizer = _lm()
+    lm_path = save_lm_checkpoint(tmp_path / "lm.pt", model, tokenizer)
+    rnn, src, tgt = _rnn()
+    s2s_path = save_checkpoint(tmp_path / "s2s.pt", rnn, src, tgt)
+    with pytest.raises(CheckpointError, match="language-model checkpoint: load it with load_lm_checkpoint"):
+        load_checkpoint(lm_path, device="cpu")
+    with pytest.raises(CheckpointError, match="seq2seq checkpoint: load it with load_checkpoint"):
+        load_lm_checkpoint(s2s_path, device="cpu")
+    torch.save({"weights": torch.zeros(3)}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="not a course_lib language-model checkpoint"):
+        load_lm_checkpoint(tmp_path / "other.pt", device="cpu")
+
+
+def test_a_seq2seq_file_in_the_first_format_still_loads(tmp_path):
+    """The file layout of course_lib 0.1 before the language models, written here by hand."""
+    model, src, tgt = _rnn()
+    import dataclasses
+
+    torch.save({"format": "course_lib.seq2seq", "format_version": 1, "model_class": "BahdanauSeq2Seq",
+                "config": dataclasses.asdict(model.config), "state_dict": model.state_dict(),
+                "src_vocab": src.to_dict(), "tgt_vocab": tgt.to_dict(), "meta": {"task": "dates"}},
+               tmp_path / "old.pt")
+    loaded, _, _, meta = load_checkpoint(tmp_path / "old.pt", device="cpu")
+    assert loaded.config == model.config and meta == {"task": "dates"}
+
+
+def _lm_resave(tmp_path, edit):
+    from course_lib.checkpoint import save_lm_checkpoint
+
+    model, tokenizer = _lm()
+    path = save_lm_checkpoint(tmp_path / "lm.pt", model, tokenizer)
+    content = torch.load(path, weights_only=True)
+    edit(content)
+    torch.save(content, path)
+    return path
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda c: c.update(format_version=7), "format version 7"),
+    (lambda c: c.update(model_class="GPT5"), "unknown class 'GPT5'"),
+    (lambda c: c.pop("tokenizer"), "lacks the entries"),
+    (lambda c: c.update(tokenizer="{not json"), "tokenizer is malformed"),
+    (lambda c: c["config"].update(vocab_size=300), "wrong shape"),
+    (lambda c: c["config"].update(positional="xpos"), "config cannot build a model"),
+    (lambda c: c["state_dict"].pop("blocks.0.ffn.W_up.weight"), r"missing: blocks\.0\.ffn\.W_up\.weight"),
+])
+def test_damaged_lm_checkpoints_are_named_checkpoint_errors(tmp_path, edit, words):
+    from course_lib.checkpoint import load_lm_checkpoint
+
+    with pytest.raises(CheckpointError, match=words):
+        load_lm_checkpoint(_lm_resave(tmp_path, edit), device="cpu")
+
+
+def test_save_lm_checkpoint_refuses_what_does_not_fit(tmp_path):
+    from course_lib.checkpoint import save_lm_checkpoint
+    from course_lib.data import SubwordTokenizer
+
+    model, tokenizer = _lm()
+    with pytest.raises(TypeError, match="DecoderLM"):
+        save_lm_checkpoint(tmp_path / "x.pt", torch.nn.Linear(2, 2), tokenizer)
+    with pytest.raises(TypeError, match="SubwordTokenizer"):
+        save_lm_checkpoint(tmp_path / "x.pt", model, "tokenizer")
+    other = SubwordTokenizer.train(["a b c"], vocab_size=300)
+    with pytest.raises(ValueError, match="vocab_size=280"):
+        save_lm_checkpoint(tmp_path / "x.pt", model, other)
+    assert not (tmp_path / "x.pt").exists()

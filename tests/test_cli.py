@@ -101,6 +101,16 @@ def _one_line_error(capsys, argv, exit_code=None):
         (["fly"], "invalid choice: 'fly'"),
         (["train", "--task", "dates", "--seed", "-3"], "--seed"),
         (["train", "--task", "dates", "--label-smoothing", "1"], "--label-smoothing: must be in [0, 1)"),
+        (["train", "--task", "dates", "--context", "32"], "--context applies to --task lm only"),
+        (["train", "--task", "fra-eng", "--positional", "alibi"], "--positional applies to --task lm only"),
+        (["train", "--task", "lm", "--model", "rnn"], "--model applies to the translation tasks"),
+        (["train", "--task", "lm", "--beam-size", "2"], "--beam-size applies to the translation tasks"),
+        (["train", "--task", "lm", "--vocab", "word"], "--vocab applies to the translation tasks"),
+        (["train", "--task", "lm", "--positional", "xpos"], "invalid choice: 'xpos'"),
+        (["train", "--task", "lm", "--context", "0"], "--context: must be a positive integer"),
+        (["generate"], "--checkpoint"),
+        (["generate", "--checkpoint", "x.pt", "--temperature", "-1"], "--temperature: must be a number >= 0"),
+        (["generate", "--checkpoint", "x.pt", "--top-k", "0"], "--top-k: must be a positive integer"),
     ],
 )
 def test_bad_arguments_are_one_line_usage_errors(capsys, argv, match):
@@ -115,7 +125,7 @@ def test_missing_data_file_is_a_one_line_error(capsys, tmp_path):
 
 def test_data_option_with_the_dates_task_is_refused(capsys, tmp_path):
     err = _one_line_error(capsys, ["train", "--task", "dates", "--data", str(tmp_path), "--minutes", "0.01"])
-    assert "--data applies to --task fra-eng only" in err
+    assert "--data applies to --task fra-eng and lm only" in err
 
 
 def test_corrupt_and_missing_checkpoints_are_one_line_errors(capsys, tmp_path):
@@ -180,3 +190,86 @@ def test_fra_eng_subword_checkpoint_carries_its_tokenizers_and_never_writes_unk(
     assert main(["train", "--task", "fra-eng", "--vocab", "word", "--data", str(data), "--epochs", "1",
                  "--out", str(tmp_path / "w.pt"), "--device", "cpu"], stdout=out_word) == 0
     assert "token BLEU" in out_word.getvalue()
+
+
+# --- the language model: train --task lm, generate ------------------------------------------------
+
+
+LM_LINES = ["Tom is tired.", "Mary is happy.", "I like the red bike.", "Do you swim?", "We want to sing.",
+            "They are at home.", "She is late.", "He likes my dog.", "I can cook.", "You are right."]
+
+
+@pytest.fixture(scope="module")
+def lm_checkpoint(tmp_path_factory):
+    """A language model trained for a few epochs on a small text file (once for the module)."""
+    folder = tmp_path_factory.mktemp("lm")
+    text = folder / "text.txt"
+    from course_lib.data import generated_sentences
+
+    text.write_text("".join(f"{s}\tignored column\n" for s in LM_LINES + generated_sentences(600, seed=5)),
+                    encoding="utf-8")
+    path = folder / "lm.pt"
+    out = io.StringIO()
+    rc = main(["train", "--task", "lm", "--data", str(text), "--epochs", "3", "--context", "16",
+               "--vocab-size", "300", "--out", str(path), "--device", "cpu"], stdout=out)
+    assert rc == 0
+    return path, out.getvalue()
+
+
+def test_train_lm_reports_held_out_perplexity_and_saves_a_language_model(lm_checkpoint):
+    import math
+
+    import torch
+
+    path, report = lm_checkpoint
+    assert "decoder (rotary positions)" in report and "stopped by epochs" in report
+    assert "test: perplexity" in report and f"saved {path}" in report
+    meta = torch.load(path, weights_only=True)["meta"]
+    assert meta["task"] == "lm" and meta["context"] == 16
+    # the reported perplexity is exp of the reported cross-entropy, and the model's own on the test split
+    metrics = meta["metrics"]
+    assert metrics["perplexity"] == pytest.approx(math.exp(metrics["cross_entropy"]))
+    from course_lib import evaluate_lm, load_lm_checkpoint
+    from course_lib.data import load_english_lm
+
+    model, _, _ = load_lm_checkpoint(path, device="cpu")
+    data = load_english_lm(meta["path"], vocab_size=300, seed=0)
+    assert evaluate_lm(model, data, "test", 16) == pytest.approx(metrics["cross_entropy"], abs=1e-6)
+
+
+def test_generate_continues_prompts_from_arguments_and_stdin(lm_checkpoint):
+    path, _ = lm_checkpoint
+    out = io.StringIO()
+    args = ["generate", "--checkpoint", str(path), "--device", "cpu", "--temperature", "0"]
+    assert main([*args, "Tom is", ""], stdout=out) == 0
+    lines = out.getvalue().split("\n")
+    assert len(lines) == 3 and lines[0].startswith("Tom is") and lines[1] and lines[2] == ""
+    assert "<eos>" not in out.getvalue() and "Ġ" not in out.getvalue()
+    piped = io.StringIO()
+    assert main(args, stdin=io.StringIO("Tom is\n\n"), stdout=piped) == 0
+    assert piped.getvalue() == out.getvalue()  # greedy: the same sentences either way
+
+
+def test_generate_samples_follow_the_seed(lm_checkpoint):
+    path, _ = lm_checkpoint
+    runs = []
+    for seed in (1, 1, 2):
+        out = io.StringIO()
+        main(["generate", "--checkpoint", str(path), "--device", "cpu", "--seed", str(seed), "", "", "", ""],
+             stdout=out)
+        runs.append(out.getvalue())
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+
+
+def test_a_checkpoint_of_the_other_kind_is_a_one_line_error(capsys, lm_checkpoint, dates_checkpoint):
+    lm_path, s2s_path = lm_checkpoint[0], dates_checkpoint[0]
+    assert "generate command" in _one_line_error(capsys, ["translate", "--checkpoint", str(lm_path), "x"])
+    assert "translate command" in _one_line_error(capsys, ["generate", "--checkpoint", str(s2s_path), "x"])
+
+
+def test_train_lm_without_a_usable_file_is_a_one_line_error(capsys, tmp_path):
+    assert "nope.txt" in _one_line_error(capsys, ["train", "--task", "lm", "--data", str(tmp_path / "nope.txt")])
+    short = tmp_path / "short.txt"
+    short.write_text("Go.\nHi.\nRun!\nWow.\n", encoding="utf-8")
+    err = _one_line_error(capsys, ["train", "--task", "lm", "--data", str(short), "--vocab-size", "270"])
+    assert "no window of length 64" in err

@@ -31,10 +31,13 @@ from course_lib import (  # noqa: E402
     DecoderLM,
     DecoderLMBlock,
     DecoderLMConfig,
+    LearnedPositionalEmbedding,
+    PositionalEncoding,
     RMSNorm,
     RotaryKernel,
     SwiGLU,
     recording_attention,
+    sinusoidal_table,
     swiglu_hidden_size,
 )
 
@@ -278,7 +281,7 @@ def _own_model(positional="rotary", seed=0, **config):
     return _randomize(DecoderLM(config).double().eval(), seed)
 
 
-@pytest.mark.parametrize("positional", ["rotary", "alibi", "none"])
+@pytest.mark.parametrize("positional", ["rotary", "alibi", "none", "sinusoidal", "learned"])
 def test_cached_steps_equal_the_uncached_forward(positional):
     lm = _own_model(positional)
     tokens = torch.randint(0, VOCAB, (3, 10), generator=torch.Generator().manual_seed(3))
@@ -411,7 +414,8 @@ def test_default_feed_forward_size_and_initialisation():
     ({"num_kv_heads": 3}, ValueError, "num_kv_heads"),
     ({"num_heads": 5}, ValueError, "num_heads"),
     ({"num_hiddens": 36, "num_heads": 12}, ValueError, "head size num_hiddens / num_heads = 36 / 12 must be even"),
-    ({"positional": "sinusoidal"}, ValueError, "positional"),
+    ({"positional": "absolute"}, ValueError, "positional"),
+    ({"max_len": 0}, ValueError, "max_len"),
     ({"vocab_size": 0}, ValueError, "vocab_size"),
     ({"num_layers": 2.0}, TypeError, "num_layers"),
     ({"ffn_num_hiddens": -1}, ValueError, "ffn_num_hiddens"),
@@ -464,3 +468,63 @@ def test_course_lib_never_imports_transformers():
             "print(sorted(n for n in sys.modules if n.split('.')[0] in ('transformers', 'huggingface_hub')))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]", result.stdout
+
+
+# ------------------------------------------------------------------------ positions added to the embeddings
+
+
+def test_sinusoidal_positions_are_chapter_6s_table_at_the_embeddings_scale():
+    lm = DecoderLM(DecoderLMConfig(vocab_size=VOCAB, num_hiddens=D, num_heads=HEADS, positional="sinusoidal",
+                                   max_len=40))
+    assert isinstance(lm.positions, PositionalEncoding)
+    expected = sinusoidal_table(40, D) * 0.02 * math.sqrt(2)
+    torch.testing.assert_close(lm.positions.P[0], expected, rtol=0, atol=1e-7)
+    # a full period of the fastest pair has mean square 1/2 per feature: the scaled table's is 0.02^2
+    assert lm.positions.P[0, :, 0].pow(2).mean().sqrt().item() == pytest.approx(0.02, rel=0.05)
+    assert "positions.P" not in lm.state_dict()  # a fixed buffer, recomputed when the model is built
+
+
+def test_learned_positions_are_parameters_drawn_like_the_embeddings():
+    torch.manual_seed(0)
+    lm = DecoderLM(DecoderLMConfig(vocab_size=VOCAB, num_hiddens=64, num_heads=HEADS, positional="learned",
+                                   max_len=512))
+    assert isinstance(lm.positions, LearnedPositionalEmbedding)
+    assert "positions.P" in dict(lm.named_parameters())
+    assert lm.positions.P.std().item() == pytest.approx(0.02, rel=0.05)
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_added_positions_enter_as_embedding_plus_position_vector(positional):
+    """The model equals its blocks run on E[x_t] + p_t, computed here by hand from the table."""
+    lm = _own_model(positional, max_len=16)
+    with torch.no_grad():
+        lm.positions.P.copy_(torch.randn(lm.positions.P.shape, dtype=F64))  # any vectors, visibly large
+    tokens = torch.randint(0, VOCAB, (2, 7), generator=torch.Generator().manual_seed(1))
+    X = lm.embedding.weight[tokens] + lm.positions.P[0, :7]
+    for block in lm.blocks:
+        X = block(X)
+    torch.testing.assert_close(lm(tokens), lm.lm_head(lm.norm(X)), rtol=0, atol=1e-12)
+    # the positions matter: the same tokens in another order are not the same sequence shifted
+    swapped = tokens.flip(1)
+    assert not torch.allclose(lm(swapped).flip(1)[:, -1], lm(tokens)[:, 0])
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_added_positions_refuse_sequences_beyond_max_len(positional):
+    lm = _own_model(positional, max_len=8)
+    tokens = torch.zeros(1, 9, dtype=torch.long)
+    with pytest.raises(ValueError, match=f"the {positional} positions of this model cover 8 tokens"):
+        lm(tokens)
+    _, state = lm.step(tokens[:, :8])
+    with pytest.raises(ValueError, match="got a sequence of 9"):
+        lm.step(tokens[:, :1], state)
+    with pytest.raises(ValueError, match="max_len"):
+        lm.generate(tokens[:, :5], 5)
+    assert lm.generate(tokens[:, :5], 4, temperature=0.0).shape == (1, 9)  # the last token is never fed
+
+
+def test_positions_inside_attention_have_no_length_limit():
+    for positional in ("rotary", "alibi", "none"):
+        lm = _own_model(positional, max_len=4)
+        assert lm.positions is None
+        assert lm(torch.zeros(1, 9, dtype=torch.long)).shape == (1, 9, VOCAB)

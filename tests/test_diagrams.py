@@ -27,6 +27,9 @@ LABELS = {
     "flash_tiling_diagram": ["skip", "mask", "on-chip SRAM (fast, small)", "outer loop over query blocks i"],
     "grouped_query_diagram": ["multi-head\n8 key/value heads", "grouped-query\n2 key/value heads",
                               "multi-query\n1 key/value head", "cache: 2/8 of multi-head"],
+    "decoder_block_diagram": ["RMSNorm", "causal self-attention\n(grouped-query heads)", "SwiGLU feed-forward",
+                              "token embedding (no positions)", "linear to the vocabulary", "decoder\nblock\n× N"],
+    "rope_rotation_diagram": ["$R_{2}\\mathbf{q}$", "$R_{0}\\mathbf{k}$", "$R_{7}\\mathbf{q}$"],
 }
 
 
@@ -59,6 +62,8 @@ def test_diagrams_reject_sizes_they_cannot_draw():
         diagrams.flash_tiling_diagram(n_blocks=4, highlight=4)
     with pytest.raises(ValueError, match="num_kv_heads"):
         diagrams.grouped_query_diagram(num_heads=8, num_kv_heads=3)
+    with pytest.raises(ValueError, match="pairs"):
+        diagrams.rope_rotation_diagram(pairs=())
 
 
 def test_chapter_8_diagrams_reject_sizes_they_cannot_draw():
@@ -81,5 +86,15 @@ def test_the_bpe_figure_draws_the_merges_of_bpe_merge_step():
             pair, words = bpe_merge_step(words)
             pairs.append(pair)
         assert headers == [f"{k}: {a}+{b}" for k, (a, b) in enumerate(pairs, start=1)]
+    finally:
+        matplotlib.pyplot.close(fig)
+
+
+def test_the_rope_picture_shows_the_same_angle_for_the_same_offset():
+    fig = diagrams.rope_rotation_diagram(theta=0.3, pairs=((3, 1), (9, 7), (4, 0)))
+    try:
+        titles = [ax.get_title() for ax in fig.axes]
+        angles = [t.split("angle ")[1] for t in titles]
+        assert angles[0] == angles[1] != angles[2], titles
     finally:
         matplotlib.pyplot.close(fig)

@@ -111,6 +111,68 @@ def test_the_reference_distinguishes_averaging_from_summing(worker):
     assert counts[0] != counts[1]
 
 
+LM_WORKER = textwrap.dedent('''
+    import sys
+    import torch
+    import course_lib as cl
+    from course_lib.data import LMData, SubwordTokenizer
+
+    def tiny_lm_data():
+        # a stream of 33 tokens: 8 windows of 4 + 1 tokens at offset 0, 7 at offsets 1-3 (an odd count: the
+        # two ranks then get different numbers of windows in the one global batch of 2 x 4)
+        tokenizer = SubwordTokenizer.train(["a b c d e f g h"] * 3, vocab_size=270)
+        g = torch.Generator().manual_seed(0)
+        stream = lambda n: torch.randint(4, 270, (n,), generator=g)
+        return LMData(stream(33), stream(20), stream(20), tokenizer, "tiny")
+
+    def one_step(batch_size):
+        data = tiny_lm_data()
+        cl.set_seed(0)
+        model = cl.DecoderLM(cl.DecoderLMConfig(270, num_hiddens=16, num_heads=2, num_layers=1))
+        torch.manual_seed(123)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.1 * torch.randn_like(p))
+        history = cl.train_lm(model, data, context=4, epochs=1, batch_size=batch_size, lr=1e-2, clip=None,
+                              device="cpu", progress=False, seed=1)
+        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+        params = {n: p.detach().clone() for n, p in model.named_parameters()}
+        return history, params, grads
+
+    if __name__ == "__main__":
+        import torch.distributed as dist
+        from course_lib.distributed import init_distributed
+        context, device = init_distributed("cpu")
+        history, params, grads = one_step(int(sys.argv[2]))
+        torch.save({"steps": history.steps, "world_size": history.world_size, "loss": history.train_loss,
+                    "params": params, "grads": grads}, f"{sys.argv[1]}/rank{context.rank}.pt")
+        dist.destroy_process_group()
+''')
+
+
+def test_language_model_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(tmp_path):
+    (tmp_path / "lm_worker.py").write_text(LM_WORKER)
+    done = _torchrun(tmp_path, "lm_worker.py", str(tmp_path), "4")
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import lm_worker
+    finally:
+        sys.path.remove(str(tmp_path))
+    data = lm_worker.tiny_lm_data()
+    starts = data.epoch_starts("train", 4, torch.Generator().manual_seed(1))  # the runs' first epoch
+    assert len(starts) == 7  # an offset > 0: 4 windows on rank 0, 3 on rank 1
+    history, params, grads = lm_worker.one_step(8)  # one process, batch 2b: the reference
+    assert history.steps == 1
+    for got in ranks:
+        assert got["steps"] == 1 and got["world_size"] == 2
+        assert got["loss"][0] == pytest.approx(history.train_loss[0], rel=1e-5)
+        assert max((got["grads"][n] - g).abs().max().item() for n, g in grads.items()) < 1e-6
+        assert max(((got["params"][n] - p).abs() * (grads[n].abs() > 1e-5)).max().item()
+                   for n, p in params.items() if n in grads) < 1e-6
+
+
 def test_cli_under_torchrun_logs_the_world_size_and_writes_one_checkpoint(tmp_path):
     out = tmp_path / "dates.pt"
     done = _torchrun(tmp_path, "-m", "course_lib", "train", "--task", "dates", "--examples", "300", "--epochs", "1",

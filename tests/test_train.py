@@ -402,3 +402,112 @@ def test_plot_history_draws_train_and_valid_curves():
     assert list(lines[-1].get_xdata()) == [10, 20, 30]
     with pytest.raises(ValueError, match="smooth"):
         plot_history(history, smooth=0)
+
+
+# --- language models (train_lm, evaluate_lm, lm_position_losses) ------------------------------------
+
+
+def _lm_data():
+    from course_lib.data import LMData, generated_sentences
+
+    return LMData.from_sentences(generated_sentences(400, seed=1), vocab_size=300, seed=0)
+
+
+def _lm(data, seed=0, **config):
+    from course_lib import DecoderLM, DecoderLMConfig
+
+    torch.manual_seed(seed)
+    return DecoderLM(DecoderLMConfig(data.vocab_size, num_hiddens=32, num_heads=4, num_kv_heads=2, num_layers=2,
+                                     **config))
+
+
+def test_evaluate_lm_is_the_mean_of_hand_computed_token_cross_entropies():
+    from course_lib.train import evaluate_lm, lm_position_losses
+
+    data, length = _lm_data(), 12
+    model = _lm(data).eval()
+    stream = data.valid.tolist()
+    per_position = [[] for _ in range(length)]
+    with torch.no_grad():
+        for start in range(0, len(stream) - length, length):  # non-overlapping windows of length + 1 tokens
+            window = stream[start:start + length + 1]
+            if len(window) < length + 1:
+                break
+            logits = model(torch.tensor([window[:-1]]))[0].double()
+            for t in range(length):
+                per_position[t].append(float(torch.logsumexp(logits[t], 0) - logits[t, window[t + 1]]))
+    by_hand = [sum(v) / len(v) for v in per_position]
+    got = lm_position_losses(model, data, "valid", length, batch_size=5)
+    assert got.shape == (length,) and got.dtype == torch.float64
+    torch.testing.assert_close(got, torch.tensor(by_hand, dtype=torch.float64), rtol=0, atol=1e-5)
+    mean = sum(sum(v) for v in per_position) / sum(len(v) for v in per_position)
+    assert evaluate_lm(model, data, "valid", length) == pytest.approx(mean, abs=1e-5)
+    # perplexity of an untrained model: about the vocabulary size (a near-uniform prediction)
+    assert math.exp(mean) == pytest.approx(data.vocab_size, rel=0.1)
+    # overlapping windows, 3 tokens apart: each position averaged over every window that fits
+    with torch.no_grad():
+        windows = [stream[s:s + length + 1] for s in range(0, len(stream) - length, 3)]
+        logits = model(torch.tensor([w[:-1] for w in windows])).double()
+        targets = torch.tensor([w[1:] for w in windows])
+        by_hand = (torch.logsumexp(logits, -1) - logits.gather(-1, targets[..., None])[..., 0]).mean(0)
+    torch.testing.assert_close(lm_position_losses(model, data, "valid", length, stride=3), by_hand, rtol=0,
+                               atol=1e-5)
+
+
+def test_train_lm_first_step_loss_is_the_cross_entropy_of_the_epochs_first_windows():
+    import copy
+
+    from course_lib.train import train_lm
+
+    data, length, batch = _lm_data(), 8, 6
+    model = _lm(data)
+    initial = copy.deepcopy(model).eval()
+    history = train_lm(model, data, context=length, epochs=1, batch_size=batch, lr=1e-2, device="cpu",
+                       progress=False, seed=7)
+    starts = data.epoch_starts("train", length, torch.Generator().manual_seed(7))  # the run's generator
+    first = data.batch("train", starts[:batch], length)
+    with torch.no_grad():
+        expected = F.cross_entropy(initial(first.inputs).flatten(0, 1), first.targets.flatten()).item()
+    assert history.train_loss[0] == pytest.approx(expected, abs=1e-6)
+    assert history.steps == math.ceil(len(starts) / batch) and history.epochs == 1
+    assert history.tokens == len(starts) * length
+
+
+def test_train_lm_learns_reproduces_and_records_the_validation_loss_of_evaluate_lm():
+    from course_lib.train import evaluate_lm, train_lm
+
+    data = _lm_data()
+    runs = []
+    for _ in range(2):
+        model = _lm(data)
+        history = train_lm(model, data, context=16, epochs=4, batch_size=8, lr=1e-2, warmup_steps=5,
+                           device="cpu", progress=False)
+        runs.append((model, history))
+    (model, history), (_, again) = runs
+    assert history.train_loss == again.train_loss  # the CPU run reproduces exactly
+    assert len(history.valid_loss) == 4 and history.valid_loss[-1] < 0.5 * math.log(data.vocab_size)
+    assert history.valid_loss[-1] == evaluate_lm(model, data, "valid", 16)
+    assert not model.training
+
+
+def test_train_lm_stops_on_the_time_budget():
+    from course_lib.train import train_lm
+
+    data = _lm_data()
+    history = train_lm(_lm(data), data, context=16, minutes=0.002, batch_size=4, device="cpu", progress=False)
+    assert history.stopped_by == "time" and history.steps >= 1
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda d: __import__("course_lib").train_lm(nn.Linear(2, 2), reverse_data(), context=4, epochs=1),
+     TypeError, "LMData"),
+    (lambda d: __import__("course_lib").train_lm("model", d, context=4, epochs=1), TypeError, "nn.Module"),
+    (lambda d: __import__("course_lib").train_lm(_lm(d), d, context=10**6, epochs=1), ValueError, "no window"),
+    (lambda d: __import__("course_lib").train_lm(_lm(d), d, context=0, epochs=1), ValueError, "context"),
+    (lambda d: __import__("course_lib").train_lm(_lm(d), d, context=4), ValueError, "minutes= .* or epochs="),
+    (lambda d: __import__("course_lib").evaluate_lm(_lm(d), reverse_data(), context=4), TypeError, "LMData"),
+    (lambda d: __import__("course_lib").lm_position_losses(_lm(d), d, "dev", 4), ValueError, "split"),
+])
+def test_train_lm_and_evaluate_lm_refuse_bad_input(call, error, words):
+    with pytest.raises(error, match=words):
+        call(_lm_data())

@@ -46,7 +46,7 @@ NO_DATA_HTML = NO_DATA / "_build" / "html"
 NOT_BUILD_INPUTS = {"book_pdf.py"}
 # A notebook reads a data file when it calls one of these (course_lib.data); without the file it must
 # still run top to bottom and say what it skipped.
-_READS_DATA = re.compile(r"\b(?:load_fra_eng|find_data_file|data_dir)\s*\(")
+_READS_DATA = re.compile(r"\b(?:load_fra_eng|load_english_lm|english_sentences|find_data_file|data_dir)\s*\(")
 
 
 def _digest(paths: list[Path]) -> str:
@@ -100,7 +100,7 @@ def is_up_to_date(html: Path = HTML) -> bool:
 
 
 def data_notebooks() -> list[Path]:
-    """The book's notebooks whose code reads a data file (today: section 8.1, the English-French pairs)."""
+    """The book's notebooks whose code reads a data file (section 8.1 and chapter 11: the English-French file)."""
     import nbformat
 
     found = []

@@ -1,4 +1,5 @@
-"""Data for the seq2seq chapters: vocabularies, padded batches, the dates task and English -> French pairs.
+"""Data for the seq2seq chapters: vocabularies, padded batches, the dates task and English -> French pairs;
+and the token streams of chapter 11's language model (:mod:`.lm`).
 
 Nothing here downloads anything unless asked: the dates task is generated with Babel, and the
 translation pairs are read from the course's data folder (:func:`data_dir`), or fetched by the opt-in
@@ -18,6 +19,7 @@ from .dates import (
     load_dates,
 )
 from .download import download_fra_eng
+from .lm import LMBatch, LMData, english_sentences, generated_sentences, load_english_lm, read_text_lines
 from .paths import DATA_DIR_ENV, DataNotFoundError, data_dir, find_data_file
 from .subword import SubwordTokenizer, bpe_merge_step, clean_text, load_fra_eng_subwords
 from .translation import FRA_ENG_FILE, fra_eng_file, load_fra_eng, normalize_text, read_sentence_pairs, tokenize_words
@@ -34,6 +36,8 @@ __all__ = [
     "SubwordTokenizer",
     "Batch",
     "DataNotFoundError",
+    "LMBatch",
+    "LMData",
     "Seq2SeqData",
     "Vocab",
     "ambiguous_date_strings",
@@ -42,19 +46,23 @@ __all__ = [
     "clean_text",
     "data_dir",
     "download_fra_eng",
+    "english_sentences",
     "date_formats",
     "date_target",
     "encode_sources",
     "find_data_file",
     "format_date_example",
     "fra_eng_file",
+    "generated_sentences",
     "load_dates",
+    "load_english_lm",
     "load_fra_eng",
     "load_fra_eng_subwords",
     "make_batch",
     "normalize_text",
     "pad_sequences",
     "read_sentence_pairs",
+    "read_text_lines",
     "split_by_source",
     "tokenize_words",
 ]

@@ -11,6 +11,7 @@ from .attention import (
     qkv_projection_diagram,
     scoring_pipeline_diagram,
 )
+from .decoder import decoder_block_diagram, rope_rotation_diagram
 from .decoding import beam_search_diagram, kv_cache_diagram, teacher_forcing_diagram
 from .efficient import flash_tiling_diagram, grouped_query_diagram
 from .multihead import cross_attention_diagram, head_split_diagram, multihead_diagram
@@ -35,4 +36,6 @@ __all__ = [
     "bpe_merges_diagram",
     "flash_tiling_diagram",
     "grouped_query_diagram",
+    "decoder_block_diagram",
+    "rope_rotation_diagram",
 ]

@@ -33,6 +33,7 @@ from . import (  # noqa: E402,F401  isort: skip
     attention_pooling,
     bahdanau,
     efficient,
+    decoder,
     multihead,
     nadaraya_watson,
     positional,
