@@ -229,6 +229,14 @@ def _train(args: argparse.Namespace, out: TextIO) -> int:
             dist.destroy_process_group()
 
 
+def _report_training(history, out: TextIO) -> None:
+    """The one line both tasks print when training ends: steps, epochs, time, why it stopped, the losses."""
+    valid = f"; valid loss {history.valid_loss[-1]:.3f}" if history.valid_loss else ""
+    print(f"trained {history.steps} steps ({history.epochs} full epochs) in {history.seconds:.1f} s, "
+          f"stopped by {history.stopped_by}; train loss {history.train_loss[-1]:.3f}{valid}; "
+          f"world size {history.world_size}, autocast {history.amp}", file=out, flush=True)
+
+
 def _train_in_process(args: argparse.Namespace, out: TextIO, context, device) -> int:
     if args.task == "lm":
         return _train_lm(args, out, context, device)
@@ -251,10 +259,7 @@ def _train_in_process(args: argparse.Namespace, out: TextIO, context, device) ->
                             amp=amp, compile=args.compile, label_smoothing=args.label_smoothing)
     if context is not None and not context.is_main:
         return 0  # rank 0 evaluates and writes the one checkpoint
-    valid = f"; valid loss {history.valid_loss[-1]:.3f}" if history.valid_loss else ""
-    print(f"trained {history.steps} steps ({history.epochs} full epochs) in {history.seconds:.1f} s, "
-          f"stopped by {history.stopped_by}; train loss {history.train_loss[-1]:.3f}{valid}; "
-          f"world size {history.world_size}, autocast {history.amp}", file=out, flush=True)
+    _report_training(history, out)
     split = "test" if len(data.test) else "valid"
     decoding = "beam" if args.beam_size > 1 else "greedy"
     metrics = evaluate(model, data, split, decoding=decoding, beam_size=args.beam_size)
@@ -308,10 +313,7 @@ def _train_lm(args: argparse.Namespace, out: TextIO, context, device) -> int:
                        compile=args.compile, label_smoothing=args.label_smoothing)
     if context is not None and not context.is_main:
         return 0  # rank 0 evaluates and writes the one checkpoint
-    valid = f"; valid loss {history.valid_loss[-1]:.3f}" if history.valid_loss else ""
-    print(f"trained {history.steps} steps ({history.epochs} full epochs) in {history.seconds:.1f} s, "
-          f"stopped by {history.stopped_by}; train loss {history.train_loss[-1]:.3f}{valid}; "
-          f"world size {history.world_size}, autocast {history.amp}", file=out, flush=True)
+    _report_training(history, out)
     loss = evaluate_lm(model, data, split, args.context)
     n_tokens = len(data.window_starts(split, args.context)) * args.context
     print(f"{split}: perplexity {math.exp(loss):.2f} (cross-entropy {loss:.3f} nats per token over "

@@ -16,6 +16,23 @@ import torch
 import course_lib as cl
 from course_lib.distributed import DistContext, init_distributed, shard_batches
 
+# The end of each worker script: one_step's model gives its parameters and gradients, and run under torchrun the
+# script saves them (with the history) to <folder>/rank<r>.pt.
+RUN_ONE_STEP = textwrap.indent(textwrap.dedent('''
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    return history, params, grads
+'''), "    ") + textwrap.dedent('''
+    if __name__ == "__main__":
+        import torch.distributed as dist
+        from course_lib.distributed import init_distributed
+        context, device = init_distributed("cpu")
+        history, params, grads = one_step(int(sys.argv[2]))
+        torch.save({"steps": history.steps, "world_size": history.world_size, "loss": history.train_loss,
+                    "params": params, "grads": grads}, f"{sys.argv[1]}/rank{context.rank}.pt")
+        dist.destroy_process_group()
+''')
+
 # A tiny copy task with sentences of different lengths, so that the two ranks get different numbers of
 # target tokens (an unweighted average of the ranks' mean losses would then be wrong).
 WORKER = textwrap.dedent('''
@@ -40,19 +57,7 @@ WORKER = textwrap.dedent('''
                 p.add_(0.1 * torch.randn_like(p))  # away from the initialisation's symmetries
         history = cl.train_seq2seq(model, data, epochs=1, batch_size=batch_size, lr=1e-2, clip=None,
                                    device="cpu", progress=False, seed=0)
-        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
-        params = {n: p.detach().clone() for n, p in model.named_parameters()}
-        return history, params, grads
-
-    if __name__ == "__main__":
-        import torch.distributed as dist
-        from course_lib.distributed import init_distributed
-        context, device = init_distributed("cpu")
-        history, params, grads = one_step(int(sys.argv[2]))
-        torch.save({"steps": history.steps, "world_size": history.world_size, "loss": history.train_loss,
-                    "params": params, "grads": grads}, f"{sys.argv[1]}/rank{context.rank}.pt")
-        dist.destroy_process_group()
-''')
+''') + RUN_ONE_STEP
 
 
 def _torchrun(tmp_path, *args, nproc=2, timeout=120):
@@ -135,19 +140,7 @@ LM_WORKER = textwrap.dedent('''
                 p.add_(0.1 * torch.randn_like(p))
         history = cl.train_lm(model, data, context=4, epochs=1, batch_size=batch_size, lr=1e-2, clip=None,
                               device="cpu", progress=False, seed=1)
-        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
-        params = {n: p.detach().clone() for n, p in model.named_parameters()}
-        return history, params, grads
-
-    if __name__ == "__main__":
-        import torch.distributed as dist
-        from course_lib.distributed import init_distributed
-        context, device = init_distributed("cpu")
-        history, params, grads = one_step(int(sys.argv[2]))
-        torch.save({"steps": history.steps, "world_size": history.world_size, "loss": history.train_loss,
-                    "params": params, "grads": grads}, f"{sys.argv[1]}/rank{context.rank}.pt")
-        dist.destroy_process_group()
-''')
+''') + RUN_ONE_STEP
 
 
 def test_language_model_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(tmp_path):

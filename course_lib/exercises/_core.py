@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TypeVar
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 T = TypeVar("T")
 
@@ -383,3 +385,19 @@ def _wrap(message: str, width: int = FEEDBACK_WIDTH) -> str:
         lines.append(textwrap.fill(line, width, subsequent_indent=indent + "  ", break_long_words=False,
                                    break_on_hyphens=False) if line.strip() else line)
     return "\n".join(lines)
+
+
+class LargestTensorProbe(TorchDispatchMode):
+    """Records the largest tensor (in elements) any operation creates while it is active: checkers use it
+    to tell an answer that builds the (n, n) score matrix from one that works block by block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out

@@ -15,6 +15,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from ._core import (
+    LargestTensorProbe,
     book_or_drawn,
     call,
     checker,
@@ -27,7 +28,6 @@ from ._core import (
     generator,
     integer,
 )
-from .sparse import _LargestTensor
 
 # --- efficient.merge_softmax_states -------------------------------------------------------------
 
@@ -291,7 +291,7 @@ def check_causal_flash_attention(answer: Callable) -> int:
         n, block = size
         case = f"n={n}, block={block}"
         q, k, v = (torch.randn(n, 8, generator=g) for _ in range(3))
-        probe = _LargestTensor()
+        probe = LargestTensorProbe()
         with torch.no_grad(), probe, FlopCounterMode(display=False) as flops:
             got = call(answer, case, q, k, v, block)
         expect_close(got, _causal_reference(q.double(), k.double(), v.double()), case, atol=1e-4)

@@ -10,10 +10,9 @@ import math
 from collections.abc import Callable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from ._core import (
+    LargestTensorProbe,
     book_or_drawn,
     call,
     checker,
@@ -155,19 +154,6 @@ def check_strided_pairs(answer: Callable) -> int:
 # --- sparse.block_local_attention ---------------------------------------------------------------
 
 
-class _LargestTensor(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.numel())
-        return out
-
-
 def _loop_block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int) -> torch.Tensor:
     """Each query i attends to the keys of its own block [b * block, (b + 1) * block), by loops."""
     batch, n, d = q.shape
@@ -208,7 +194,7 @@ def check_block_local_attention(answer: Callable) -> int:
         # The point of the exercise: no (n, n) tensor.
         n, block = size
         q, k, v = (torch.randn(1, n, 8, generator=g) for _ in range(3))
-        probe = _LargestTensor()
+        probe = LargestTensorProbe()
         with torch.no_grad(), probe:
             got = call(answer, f"n={n}, block={block}", q, k, v, block)
         expect_close(got, _loop_block_attention(q, k, v, block), f"n={n}, block={block}")
