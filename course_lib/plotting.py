@@ -35,6 +35,9 @@ BOOK_STYLE = {
 # Room per tick label on a heatmap axis, in inches (0.17 in = 14 px at 80 dpi): after the colour bar
 # and the gaps take their share, a 9-pt token label still gets about 10 px.
 _TICK_ROOM = 0.17
+# Token labels turned 90 degrees read smaller than upright ones of the same size (a glyph's width is less
+# than its height), so the key axis of a heatmap sets them one point larger.
+_ROTATED_TICK_SIZE = 10
 
 
 def use_book_style() -> None:
@@ -116,7 +119,7 @@ def show_heatmaps(matrices: torch.Tensor, xlabel: str = "Keys", ylabel: str = "Q
                 ax.set_title(titles[j])
             # Without token labels the ticks are key and query indices: integers only.
             if xticklabels is not None:
-                ax.set_xticks(range(len(xticklabels)), xticklabels, rotation=90)
+                ax.set_xticks(range(len(xticklabels)), xticklabels, rotation=90, fontsize=_ROTATED_TICK_SIZE)
             else:
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             if yticklabels is not None:

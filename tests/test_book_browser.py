@@ -494,10 +494,11 @@ TYPESET = {"\\sum": "∑", "\\sqrt": "√", "\\top": "⊤", "\\alpha": "α", "\\
 
 
 def _title(notebook: Path) -> str:
-    """A page's title as the book shows it: its first line '# ...', without Markdown."""
+    """A page's title as the book shows it: its first line '# ...', without Markdown, with Sphinx's
+    smart apostrophes (chapter 11's "Today's" is shown, and bookmarked, as "Today’s")."""
     first = nbformat.read(notebook, as_version=4).cells[0].source
     line = next(line for line in first.splitlines() if line.startswith("# "))
-    return re.sub(r"[`*_]", "", line[2:]).strip()
+    return re.sub(r"[`*_]", "", line[2:]).strip().replace("'", "\u2019")
 
 
 def _squeeze(text: str) -> str:
