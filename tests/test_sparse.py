@@ -13,11 +13,10 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 import course_lib as cl
 from course_lib import padding_mask, recording_attention
+from course_lib.exercises._core import LargestTensorProbe
 from course_lib.multihead import KVCache, MultiHeadAttention
 from course_lib.sparse import (
     SparseMultiHeadAttention,
@@ -321,31 +320,16 @@ def test_dropout_on_the_weights_only_when_asked():
     assert not torch.allclose(dropped, plain)
 
 
-class LargestTensor(TorchDispatchMode):
-    """Records the number of elements of the largest tensor any operation returns."""
-
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.numel())
-        return out
-
-
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("pattern", ["strided", "fixed"])
 def test_no_tensor_of_n_squared_entries_is_built(pattern, causal):
     n = 1024
     q, k, v = qkv(batch=1, heads=1, n=n, d=8, d_v=8, dtype=torch.float32)
-    with torch.no_grad(), LargestTensor() as probe:
+    with torch.no_grad(), LargestTensorProbe() as probe:
         sparse(pattern, q, k, v, default_stride(n), 1, causal)
     # About n (2 or 3) sqrt(n) scores; the dense matrix would have n^2 = 32 sqrt(n) n entries.
     assert probe.largest <= 4 * n * math.sqrt(n)
-    with torch.no_grad(), LargestTensor() as probe:
+    with torch.no_grad(), LargestTensorProbe() as probe:
         dense_attention(q, k, v, strided_pattern(n, 32, causal))
     assert probe.largest >= n * n
 
