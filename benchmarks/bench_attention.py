@@ -6,10 +6,19 @@ in training mode with dropout 0; ``torch.nn.MultiheadAttention`` gets ``batch_fi
 multi-head attention of *Dive into Deep Learning* (the book this course's names follow), written
 here from its description: bias-free linear projections, ``transpose_qkv`` to fold the heads into
 the batch, scaled dot-product attention whose masked softmax fills the padded scores with -1e6
-(``sequence_mask``), ``transpose_output`` and ``W_o``. The three are timed in one run, interleaved (the order
-alternates each repetition) so that a change of machine load hits both; the table reports the
+(``sequence_mask``), ``transpose_output`` and ``W_o``. All are timed in one run, interleaved (the order
+alternates each repetition) so that a change of machine load hits all; the table reports the
 median time over the repetitions and, as the ratio, the median of the per-repetition ratios (in
 wall-clock time, and in process CPU time, which a busy machine disturbs less).
+
+A fourth contender, ``bare``, is not a peer but the floor: the same computation as ours written as
+bare calls (one stacked ``F.linear``, ``scaled_dot_product_attention`` with the padding as an additive
+mask, ``W_o``), with no checks, no module and no kernel interface. ``ours/bare`` is what the library's
+structure costs; the rest of the gap to a peer is the computation itself.
+
+The targets (issue 20) are printed under the table, each marked met or MISSED: at every size ours
+takes at most :data:`TARGET_FASTER_PEER` times the faster peer's time, and at the long size at most
+:data:`TARGET_D2L_LONG` times D2L's.
 
 Run with ``python -m benchmarks`` (every benchmark) or ``python -m benchmarks.bench_attention``.
 On a shared CPU check ``uptime`` first: the ratios are only meaningful on a quiet machine (on a busy
@@ -37,6 +46,8 @@ CONFIGS = [
     ("short", 128, 35, 256, 4),
     ("long", 16, 256, 256, 4),
 ]
+# Ours / the faster of the two peers, at every size; ours / D2L at the long size.
+TARGET_FASTER_PEER, TARGET_D2L_LONG = 1.0, 0.70
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,17 @@ class Result:
     d2l_s: float
     d2l_ratio: float
     d2l_cpu_ratio: float
+    bare_s: float
+    bare_ratio: float
+
+    def targets(self) -> list[tuple[str, float, float]]:
+        """(what, measured ratio, target) for each target that applies to this configuration."""
+        faster = "torch" if self.torch_s < self.d2l_s else "d2l"
+        rows = [(f"ours/{faster} (the faster peer)", self.ratio if faster == "torch" else self.d2l_ratio,
+                 TARGET_FASTER_PEER)]
+        if self.label == "long":
+            rows.append(("ours/d2l", self.d2l_ratio, TARGET_D2L_LONG))
+        return rows
 
 
 def _sync(device: torch.device) -> None:
@@ -240,7 +262,8 @@ class D2LMultiHeadAttention(nn.Module):
 
 def bench_config(batch: int, length: int, num_hiddens: int, num_heads: int, device: torch.device,
                  repeats: int = 9, n_inner: int = 5, seed: int = 0) -> Timings:
-    """Forward+backward timings of ours (``"ours"``), ``torch.nn.MultiheadAttention`` (``"torch"``), D2L (``"d2l"``).
+    """Forward+backward timings of ours (``"ours"``), ``torch.nn.MultiheadAttention`` (``"torch"``), D2L (``"d2l"``)
+    and ours written bare (``"bare"``, see the module docstring).
 
     Args:
         batch, length, num_hiddens, num_heads: the problem size; inputs are (batch, length, num_hiddens).
@@ -282,23 +305,47 @@ def bench_config(batch: int, length: int, num_hiddens: int, num_heads: int, devi
         x.grad = None
         d2l(x, x, x, valid_lens).backward(grad_out)
 
+    heads, head_size = num_heads, num_hiddens // num_heads
+
+    def bare() -> torch.Tensor:
+        # Ours without the module: the stacked projection, SDPA with the padding as a 0/-inf mask, W_o.
+        weight = torch.cat([ours.W_q.weight, ours.W_k.weight, ours.W_v.weight])
+        q, k, v = (t.view(batch, length, heads, head_size).transpose(1, 2)
+                   for t in nn.functional.linear(x, weight).split(num_hiddens, dim=-1))
+        bias = torch.zeros(batch, 1, 1, length, device=device).masked_fill_(key_padding_mask[:, None, None],
+                                                                             float("-inf"))
+        out = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        return nn.functional.linear(out.transpose(1, 2).reshape(batch, length, num_hiddens), ours.W_o.weight)
+
+    def step_bare() -> None:
+        ours.zero_grad(set_to_none=True)
+        x.grad = None
+        bare().backward(grad_out)
+
     with torch.no_grad():  # the three compute the same function (the padded queries aside: D2L masks keys only)
         for peer in (lambda: theirs(x, x, x, key_padding_mask=key_padding_mask, need_weights=False)[0],
-                     lambda: d2l(x, x, x, valid_lens)):
+                     lambda: d2l(x, x, x, valid_lens), bare):
             torch.testing.assert_close(peer(), ours(x, x, x, padding_mask(valid_lens, length)), rtol=1e-4, atol=1e-4)
-    return compare_timings({"ours": step_ours, "torch": step_torch, "d2l": step_d2l}, device, repeats=repeats,
-                           n_inner=n_inner)
+    return compare_timings({"ours": step_ours, "torch": step_torch, "d2l": step_d2l, "bare": step_bare}, device,
+                           repeats=repeats, n_inner=n_inner)
 
 
 def format_table(results: list[Result], device: torch.device) -> str:
     """Plain-text table, columns aligned."""
     header = ["config", "shape (B, T, d, h)", "ours (ms)", "torch (ms)", "d2l (ms)", "ours/torch", "(cpu time)",
-              "ours/d2l", "(cpu time)"]
+              "ours/d2l", "(cpu time)", "bare (ms)", "ours/bare"]
     rows = [[r.label, r.shape, f"{1e3 * r.ours_s:.2f}", f"{1e3 * r.torch_s:.2f}", f"{1e3 * r.d2l_s:.2f}",
-             f"{r.ratio:.2f}", f"{r.cpu_ratio:.2f}", f"{r.d2l_ratio:.2f}", f"{r.d2l_cpu_ratio:.2f}"] for r in results]
+             f"{r.ratio:.2f}", f"{r.cpu_ratio:.2f}", f"{r.d2l_ratio:.2f}", f"{r.d2l_cpu_ratio:.2f}",
+             f"{1e3 * r.bare_s:.2f}", f"{r.bare_ratio:.2f}"] for r in results]
     title = (f"MultiHeadAttention forward+backward with key padding vs torch.nn.MultiheadAttention and D2L's "
              f"({environment(device)}); ratios: median over repetitions of ours/peer")
-    return table(title, header, rows)
+    targets = [target_line(f"{r.label}: {what}", value, target) for r in results for what, value, target in r.targets()]
+    return "\n".join([table(title, header, rows), *targets])
+
+
+def target_line(what: str, ratio: float, target: float) -> str:
+    """One target's verdict: ``"<what> = 0.68, target <= 0.70: met"`` (``MISSED`` above the target)."""
+    return f"{what} = {ratio:.2f}, target <= {target:.2f}: {'met' if ratio <= target else 'MISSED'}"
 
 
 def table(title: str, header: list[str], rows: list[list[str]], n_text: int = 2) -> str:
@@ -322,7 +369,8 @@ def main(repeats: int = 9, n_inner: int = 5) -> list[Result]:
         t = bench_config(batch, length, num_hiddens, num_heads, device, repeats, n_inner)
         results.append(Result(label, f"({batch}, {length}, {num_hiddens}, {num_heads})", t.median("ours"),
                               t.median("torch"), t.ratio("ours", "torch"), t.ratio("ours", "torch", "cpu"),
-                              t.median("d2l"), t.ratio("ours", "d2l"), t.ratio("ours", "d2l", "cpu")))
+                              t.median("d2l"), t.ratio("ours", "d2l"), t.ratio("ours", "d2l", "cpu"),
+                              t.median("bare"), t.ratio("ours", "bare")))
     print(format_table(results, device))
     return results
 
