@@ -85,8 +85,11 @@ test: lint
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests -q -m "not notebooks and not browser"
 
+# The notebooks only: nbval over book/ and the notebooks that read data once more without it
+# (tests/test_notebooks_without_data.py; where the data file is absent, nbval skips those notebooks).
 nbval: $(STAMP)
-	$(BIN)/python -m pytest book -q --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --ignore=book/_build
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest tests/test_notebooks_without_data.py book -q -rs \
+	    --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --ignore=book/_build
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

@@ -31,6 +31,42 @@ def test_the_notebooks_that_read_data_are_found():
     assert BOOK / "08b_translation.ipynb" in NEEDS_DATA, NEEDS_DATA
 
 
+def test_missing_data_says_which_file_and_how_to_point_at_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path))
+    reason = book_build.missing_data()
+    assert "fra-eng/fra.txt" in reason and "COURSE_DATA_DIR" in reason
+    (tmp_path / "fra-eng").mkdir()
+    (tmp_path / "fra-eng" / "fra.txt").write_text("Go.\tVa !\n", encoding="utf-8")
+    assert book_build.missing_data() is None
+
+
+class _Cell:
+    """What the conftest hook reads of one of nbval's items: the notebook's path, and its markers."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.markers = path, []
+
+    def add_marker(self, marker) -> None:
+        self.markers.append(marker)
+
+
+@pytest.mark.parametrize("has_data", [False, True])
+def test_nbval_skips_the_data_notebooks_cells_only_where_the_file_is_absent(has_data, tmp_path, monkeypatch):
+    import conftest
+
+    if has_data:
+        (tmp_path / "fra-eng").mkdir()
+        (tmp_path / "fra-eng" / "fra.txt").write_text("Go.\tVa !\n", encoding="utf-8")
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path))
+    cells = [_Cell(path) for path in sorted(BOOK.glob("*.ipynb"))]
+    conftest._skip_data_notebooks_without_data(cells)
+    skipped = {cell.path for cell in cells if cell.markers}
+    assert skipped == (set() if has_data else set(NEEDS_DATA))
+    if not has_data:
+        (reason,) = {cell.markers[0].kwargs["reason"] for cell in cells if cell.markers}
+        assert "English-French file" in reason and "COURSE_DATA_DIR" in reason
+
+
 @pytest.mark.notebooks
 @pytest.mark.parametrize("path", NEEDS_DATA, ids=lambda p: p.name)
 def test_notebook_runs_without_the_data_file_and_fits_the_column(path, tmp_path, monkeypatch):
