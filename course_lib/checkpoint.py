@@ -222,6 +222,26 @@ def _load_weights(model: nn.Module, content: dict[str, Any], path: Path) -> None
     model.load_state_dict(state_dict)
 
 
+def _rebuild(content: dict[str, Any], classes: dict[str, tuple[type[nn.Module], type]], path: Path
+             ) -> tuple[Any, nn.Module]:
+    """``(config, model)``: the stored model rebuilt from its class name (one of ``classes``: name ->
+    (model class, config class)) and config, with the stored weights loaded."""
+    name = content["model_class"]
+    if name not in classes:
+        raise CheckpointError(f"{path} holds a model of unknown class {name!r}; known: {sorted(classes)}")
+    model_class, config_class = classes[name]
+    stored = dict(content["config"]) if isinstance(content["config"], dict) else content["config"]
+    if name in ("BahdanauSeq2Seq", "Seq2SeqRNN") and isinstance(stored, dict) and "num_hiddens" in stored:
+        stored["hidden_size"] = stored.pop("num_hiddens")  # the GRU size's name before course_lib 0.1's rename
+    try:
+        config = config_class(**stored)
+        model = model_class(config)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: its {name} config cannot build a model: {_first_line(e)}") from e
+    _load_weights(model, content, path)
+    return config, model
+
+
 def load_checkpoint(path: str | os.PathLike, device: torch.device | str | None = None):
     """Rebuild a model saved by :func:`save_checkpoint`, with its vocabularies.
 
@@ -252,20 +272,7 @@ def load_checkpoint(path: str | os.PathLike, device: torch.device | str | None =
     """
     path = Path(path)
     content = _read(path, FORMAT, FORMAT_VERSION, ("model_class", "config", "state_dict", "src_vocab", "tgt_vocab"))
-    classes = _model_classes()
-    name = content["model_class"]
-    if name not in classes:
-        raise CheckpointError(f"{path} holds a model of unknown class {name!r}; known: {sorted(classes)}")
-    model_class, config_class = classes[name]
-    stored = dict(content["config"]) if isinstance(content["config"], dict) else content["config"]
-    if name in ("BahdanauSeq2Seq", "Seq2SeqRNN") and isinstance(stored, dict) and "num_hiddens" in stored:
-        stored["hidden_size"] = stored.pop("num_hiddens")  # the GRU size's name before course_lib 0.1's rename
-    try:
-        config = config_class(**stored)
-        model = model_class(config)
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(f"{path}: its {name} config cannot build a model: {_first_line(e)}") from e
-    _load_weights(model, content, path)
+    config, model = _rebuild(content, _model_classes(), path)
     from .data import Vocab
 
     try:
@@ -365,15 +372,7 @@ def load_lm_checkpoint(path: str | os.PathLike, device: torch.device | str | Non
 
     path = Path(path)
     content = _read(path, LM_FORMAT, LM_FORMAT_VERSION, ("model_class", "config", "state_dict", "tokenizer"))
-    if content["model_class"] != "DecoderLM":
-        raise CheckpointError(f"{path} holds a model of unknown class {content['model_class']!r}; known: "
-                              f"['DecoderLM']")
-    try:
-        config = DecoderLMConfig(**content["config"])
-        model = DecoderLM(config)
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(f"{path}: its DecoderLM config cannot build a model: {_first_line(e)}") from e
-    _load_weights(model, content, path)
+    config, model = _rebuild(content, {"DecoderLM": (DecoderLM, DecoderLMConfig)}, path)
     try:
         tokenizer = SubwordTokenizer.from_json(content["tokenizer"])
     except (TypeError, ValueError) as e:

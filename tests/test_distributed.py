@@ -5,6 +5,7 @@ with batches of 2b, i.e. DDP's gradient averaging plus the token weighting of ea
 exactly the gradient of the global batch's token-mean loss.
 """
 
+import importlib
 import os
 import subprocess
 import sys
@@ -66,6 +67,22 @@ def _torchrun(tmp_path, *args, nproc=2, timeout=120):
                            *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def _two_ranks(folder, script, *args):
+    """Run ``folder/script`` on 2 ranks under torchrun; what each rank saved (``folder/rank<r>.pt``)."""
+    done = _torchrun(folder, script, str(folder), *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [torch.load(folder / f"rank{r}.pt") for r in range(2)]
+
+
+def _import_worker(folder, name):
+    """The worker script ``folder/<name>.py`` as a module, to run its ``one_step`` in this process."""
+    sys.path.insert(0, str(folder))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(folder))
+
+
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ddp")
@@ -75,14 +92,8 @@ def worker(tmp_path_factory):
 
 def test_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(worker):
     b = 4
-    done = _torchrun(worker, "ddp_worker.py", str(worker), str(b))
-    assert done.returncode == 0, done.stderr[-3000:]
-    ranks = [torch.load(worker / f"rank{r}.pt") for r in range(2)]
-    sys.path.insert(0, str(worker))
-    try:
-        import ddp_worker
-    finally:
-        sys.path.remove(str(worker))
+    ranks = _two_ranks(worker, "ddp_worker.py", str(b))
+    ddp_worker = _import_worker(worker, "ddp_worker")
     history, params, grads = ddp_worker.one_step(2 * b)  # one process, batch 2b: the reference
     assert history.steps == 1 and history.world_size == 1
     for r, got in enumerate(ranks):
@@ -104,12 +115,7 @@ def test_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(worker):
 
 def test_the_reference_distinguishes_averaging_from_summing(worker):
     """The tiny data gives the two ranks different token counts, so an unweighted mean would be detected."""
-    sys.path.insert(0, str(worker))
-    try:
-        import ddp_worker
-    finally:
-        sys.path.remove(str(worker))
-    data = ddp_worker.tiny_data()
+    data = _import_worker(worker, "ddp_worker").tiny_data()
     order = torch.randperm(len(data.train), generator=torch.Generator().manual_seed(0)).tolist()
     counts = [sum(len(data.train[i][1]) + 1 for i in part) for part in shard_batches(order, 4, 0, 2)][:1] + \
              [sum(len(data.train[i][1]) + 1 for i in part) for part in shard_batches(order, 4, 1, 2)][:1]
@@ -145,14 +151,8 @@ LM_WORKER = textwrap.dedent('''
 
 def test_language_model_two_ranks_with_batch_b_equal_one_rank_with_batch_2b(tmp_path):
     (tmp_path / "lm_worker.py").write_text(LM_WORKER)
-    done = _torchrun(tmp_path, "lm_worker.py", str(tmp_path), "4")
-    assert done.returncode == 0, done.stderr[-3000:]
-    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
-    sys.path.insert(0, str(tmp_path))
-    try:
-        import lm_worker
-    finally:
-        sys.path.remove(str(tmp_path))
+    ranks = _two_ranks(tmp_path, "lm_worker.py", "4")
+    lm_worker = _import_worker(tmp_path, "lm_worker")
     data = lm_worker.tiny_lm_data()
     starts = data.epoch_starts("train", 4, torch.Generator().manual_seed(1))  # the runs' first epoch
     assert len(starts) == 7  # an offset > 0: 4 windows on rank 0, 3 on rank 1
