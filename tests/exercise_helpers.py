@@ -12,8 +12,10 @@ in ``test_exercises_core.py``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -21,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import course_lib as cl
-from course_lib.exercises import CheckResult, check
+from course_lib.exercises import CheckResult, _core, check
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 
@@ -68,17 +70,37 @@ def stub(*args: object, **kwargs: object) -> None:
     raise NotImplementedError
 
 
-def passes(exercise: str, answer: object, *, variant: int = 0) -> CheckResult:
-    """Check ``answer``: it must pass. Returns the result (to look at its ``n_checks``)."""
-    result = check(exercise, answer, quiet=True, variant=variant)
+@contextlib.contextmanager
+def _library_allowed(exercise: str, allowed: bool) -> Iterator[None]:
+    """While the block runs, the checker of ``exercise`` accepts answers built on the library's own
+    implementation (tests cross-check the checker against the library that way; a student's answer never
+    gets this)."""
+    saved = _core._REFERENCES[exercise]
+    if allowed:
+        _core._REFERENCES[exercise] = ()
+    try:
+        yield
+    finally:
+        _core._REFERENCES[exercise] = saved
+
+
+def passes(exercise: str, answer: object, *, variant: int = 0, library: bool = False) -> CheckResult:
+    """Check ``answer``: it must pass. Returns the result (to look at its ``n_checks``).
+
+    ``library=True``: ``answer`` is built on the library's own implementation on purpose (to show that the
+    library and the checker agree); the forgery detection is off for this check.
+    """
+    with _library_allowed(exercise, library):
+        result = check(exercise, answer, quiet=True, variant=variant)
     assert result.passed, result.message
     return result
 
 
-def fails_with(exercise: str, answer: object, *hints: str) -> CheckResult:
+def fails_with(exercise: str, answer: object, *hints: str, library: bool = False) -> CheckResult:
     """Check ``answer``: it must be answered and not yet right (no checker error), and its message must
-    contain every one of ``hints``. Returns the result."""
-    result = check(exercise, answer, quiet=True)
+    contain every one of ``hints``. Returns the result. ``library``: as in :func:`passes`."""
+    with _library_allowed(exercise, library):
+        result = check(exercise, answer, quiet=True)
     assert result.answered and result.passed is False and not result.checker_error, result.message
     for hint in hints:
         assert hint in result.message, result.message

@@ -80,7 +80,7 @@ def test_context_through_the_library_module_passes():
                 context = module(s[:, None, :], enc, enc, cl.padding_mask(valid_lens, enc.shape[1]))[:, 0]
         return context, module.attention_weights[:, 0]
 
-    passes("bahdanau.context", via_library)
+    passes("bahdanau.context", via_library, library=True)
 
 
 def test_loop_reference_matches_the_library_with_padding():
@@ -194,7 +194,7 @@ def test_greedy_through_the_library_passes():
     def via_library(model, src, src_valid_lens, max_len, bos, eos):
         return cl.greedy_decode(model, src, src_valid_lens, max_len, bos=bos, eos=eos)[0]
 
-    passes("bahdanau.greedy", via_library)
+    passes("bahdanau.greedy", via_library, library=True)
 
 
 @pytest.mark.parametrize(
@@ -210,7 +210,7 @@ def test_greedy_through_the_library_passes():
     ],
 )
 def test_greedy_wrong_answers_fail_with_hint(answer, hint):
-    fails_with("bahdanau.greedy", answer, hint)
+    fails_with("bahdanau.greedy", answer, hint, library=True)
 
 
 def test_greedy_ignoring_max_len_fails():

@@ -35,7 +35,7 @@ def rope_by_hand(x, m, base, *, pairs=((0, 2), (1, 3)), sign=1.0, exponent=lambd
 
 @pytest.mark.parametrize("variant", [0, 1, 2])
 def test_rope_d4_correct_answers_pass(variant):
-    passes("decoder.rope_d4", rope_library, variant=variant)
+    passes("decoder.rope_d4", rope_library, variant=variant, library=True)
     passes("decoder.rope_d4", rope_by_hand, variant=variant)
 
 
@@ -75,7 +75,7 @@ def relative_closed_form(q, k, delta, base, *, sign=1.0):
 
 @pytest.mark.parametrize("variant", [0, 1, 2])
 def test_relative_score_correct_answers_pass(variant):
-    passes("decoder.relative_score", relative_by_library, variant=variant)
+    passes("decoder.relative_score", relative_by_library, variant=variant, library=True)
     passes("decoder.relative_score", relative_closed_form, variant=variant)
 
 
@@ -107,7 +107,7 @@ def test_swiglu_library_layer_has_the_counted_parameters():
 
 @pytest.mark.parametrize("variant", [0, 1, 2])
 def test_swiglu_parameters_correct_answer_passes(variant):
-    passes("decoder.swiglu_parameters", swiglu_parameters, variant=variant)
+    passes("decoder.swiglu_parameters", swiglu_parameters, variant=variant, library=True)
 
 
 def test_llama_7b_count():
@@ -127,7 +127,7 @@ def test_llama_7b_count():
     ],
 )
 def test_swiglu_parameters_wrong_answers_fail_with_hint(answer, hint):
-    fails_with("decoder.swiglu_parameters", answer, hint)
+    fails_with("decoder.swiglu_parameters", answer, hint, library=True)
 
 
 # --- decoder.alibi_slopes -----------------------------------------------------------------------
@@ -144,7 +144,7 @@ def slopes_by_hand(n):
 @pytest.mark.parametrize("variant", [0, 1, 2])
 def test_alibi_slopes_correct_answers_pass(variant):
     passes("decoder.alibi_slopes", slopes_by_hand, variant=variant)
-    passes("decoder.alibi_slopes", lambda n: cl.alibi_slopes(n, dtype=torch.float64), variant=variant)
+    passes("decoder.alibi_slopes", lambda n: cl.alibi_slopes(n, dtype=torch.float64), variant=variant, library=True)
 
 
 def test_twelve_heads():

@@ -123,7 +123,7 @@ def test_nw_predict_notebook_solution_passes(solutions):
 
 def test_nw_predict_library_answer_passes():
     # The library is independent of the checker's loops: agreement cross-checks both.
-    passes("nadaraya_watson.nw_predict", library_nw)
+    passes("nadaraya_watson.nw_predict", library_nw, library=True)
 
 
 def test_nw_predict_expansion_and_broadcasting_answers_pass():
@@ -157,7 +157,7 @@ def test_loop_reference_sums_squared_distances_over_coordinates():
     ],
 )
 def test_nw_predict_wrong_answers_fail_with_hint(answer, hint):
-    fails_with("nadaraya_watson.nw_predict", answer, hint)
+    fails_with("nadaraya_watson.nw_predict", answer, hint, library=True)
 
 
 def test_nw_predict_unnormalised_answer_is_told_about_rows_summing_to_one():
@@ -236,7 +236,7 @@ def test_leave_one_out_loss_notebook_solution_passes(solutions):
 
 
 def test_leave_one_out_loss_library_answer_passes():
-    passes("nadaraya_watson.leave_one_out_loss", library_loss)
+    passes("nadaraya_watson.leave_one_out_loss", library_loss, library=True)
 
 
 def test_notebook_solution_matches_fit_nw_kernel_regression_first_loss(solutions):

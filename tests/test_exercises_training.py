@@ -98,7 +98,7 @@ def test_greedy_reference_loop_and_library_pass():
     # Two implementations independent of the checker's uncached reference must agree with it.
     passes("training.greedy_decode_loop", right_loop)
     passes("training.greedy_decode_loop",
-           lambda m, s, lens, bos, eos, n: cl.greedy_decode(m, s, lens, n, bos=bos, eos=eos))
+           lambda m, s, lens, bos, eos, n: cl.greedy_decode(m, s, lens, n, bos=bos, eos=eos), library=True)
 
 
 def test_greedy_fixture_has_early_eos_full_length_and_padding_effects():
@@ -136,7 +136,7 @@ def test_greedy_checker_leaves_the_global_random_state_alone():
     ],
 )
 def test_greedy_wrong_answers_fail_with_hint(answer, hint):
-    fails_with("training.greedy_decode_loop", answer, hint)
+    fails_with("training.greedy_decode_loop", answer, hint, library=True)
 
 
 def test_greedy_crash_names_the_case():

@@ -220,7 +220,7 @@ def test_normalize_pair_notebook_solution_passes(solutions):
 
 def test_normalize_pair_library_pipeline_passes():
     # The library's normaliser (tested against D2L's code) and the checker's hand-written pairs agree.
-    passes("translation.normalize_pair", _good)
+    passes("translation.normalize_pair", _good, library=True)
 
 
 @pytest.mark.parametrize(
@@ -235,7 +235,7 @@ def test_normalize_pair_library_pipeline_passes():
     ],
 )
 def test_normalize_pair_wrong_answers_fail_with_hint(answer, hint):
-    fails_with("translation.normalize_pair", answer, hint)
+    fails_with("translation.normalize_pair", answer, hint, library=True)
 
 
 

@@ -17,12 +17,19 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from . import _forgery
+
 T = TypeVar("T")
 
 _CHECKERS: dict[str, tuple[Callable[[object], int | None], str]] = {}
+# The library's own implementations of each exercise (dotted names relative to course_lib): an answer
+# that reaches one scores 0 (see _forgery).
+_REFERENCES: dict[str, tuple[str, ...]] = {}
 
-# Which set of cases a checker draws (0: the book's and the student notebook's; 1, 2, ...: the
-# autograder's hidden variants). Set only for the duration of one ``check`` call.
+# Which set of cases a checker draws: 0 the book's (the student notebook's public test); any other
+# integer other cases of the same kinds, drawn from a generator seeded with it. ``check(..., variant=1)``
+# and so on are there for practice; the autograder's hidden tests use a secret variant written into
+# the autograder zip when the assignments are generated. Set only for the duration of one ``check`` call.
 _VARIANT: contextvars.ContextVar[int] = contextvars.ContextVar("course_lib_checker_variant", default=0)
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]  # course_lib/
 
@@ -46,6 +53,7 @@ class CheckResult:
         message: the feedback printed to the student.
         n_checks: how many checks ran (when passed).
         checker_error: the checker itself failed (a bug in course_lib, not in the answer).
+        uses_library: the answer reaches the library's own implementation of the exercise (it scores 0).
     """
 
     exercise: str
@@ -54,12 +62,15 @@ class CheckResult:
     message: str
     n_checks: int = field(default=0)
     checker_error: bool = field(default=False)
+    uses_library: bool = field(default=False)
 
     @property
     def status(self) -> str:
-        """One word for a gradebook: passed, not answered, not yet right or checker error."""
+        """A gradebook's word: passed, not answered, not yet right, uses the library or checker error."""
         if self.checker_error:
             return "checker error"
+        if self.uses_library:
+            return "uses the library"
         if not self.answered:
             return "not answered"
         return "passed" if self.passed else "not yet right"
@@ -71,13 +82,19 @@ class CheckResult:
         return self.message
 
 
-def checker(exercise_id: str, description: str) -> Callable:
-    """Register ``fn(answer) -> n_checks`` as the checker of ``exercise_id``."""
+def checker(exercise_id: str, description: str, references: tuple[str, ...] = ()) -> Callable:
+    """Register ``fn(answer) -> n_checks`` as the checker of ``exercise_id``.
+
+    ``references``: the course_lib functions and classes that compute what the exercise asks for, as
+    dotted names relative to ``course_lib`` (``"masking.masked_softmax"``). An answer that reaches one of
+    them, directly, through a wrapper, an alias or an import, scores 0 (:mod:`._forgery`).
+    """
 
     def register(fn: Callable[[object], int | None]) -> Callable[[object], int | None]:
         if exercise_id in _CHECKERS:
             raise ValueError(f"checker {exercise_id!r} is registered twice")
         _CHECKERS[exercise_id] = (fn, description)
+        _REFERENCES[exercise_id] = tuple(references)
         return fn
 
     return register
@@ -86,6 +103,13 @@ def checker(exercise_id: str, description: str) -> Callable:
 def list_exercises() -> dict[str, str]:
     """All exercise ids with a checker, mapped to their one-line description."""
     return {k: d for k, (_, d) in sorted(_CHECKERS.items())}
+
+
+def references(exercise_id: str) -> tuple[str, ...]:
+    """The library's own implementations of ``exercise_id``: an answer that uses one scores 0."""
+    if exercise_id not in _CHECKERS:
+        raise KeyError(f"no exercise {exercise_id!r}; known: {', '.join(sorted(_CHECKERS))}")
+    return tuple(f"course_lib.{name}" for name in _REFERENCES[exercise_id])
 
 
 def expect(condition: bool, message: str) -> None:
@@ -100,8 +124,8 @@ def variant() -> int:
 
 
 def generator(seed: int) -> torch.Generator:
-    """A CPU generator for a checker's random cases; hidden variants (``check(..., variant=k)``) shift the seed."""
-    return torch.Generator().manual_seed(seed + 7919 * variant())
+    """A CPU generator for a checker's random cases; other variants (``check(..., variant=k)``) shift the seed."""
+    return torch.Generator().manual_seed((seed + 7919 * variant()) % 2**63)
 
 
 def book_or_drawn(book: T, seed: int, draw: Callable[[torch.Generator], T]) -> T:
@@ -323,33 +347,52 @@ def check(exercise_id: str, answer: object, *, quiet: bool = False, variant: int
         exercise_id: e.g. ``"scoring.masked_softmax"``; see :func:`list_exercises`.
         answer: what the exercise asks for (usually a function).
         quiet: do not print.
-        variant: 0 for the cases shown in the book; 1, 2, ... draw other random cases (the
-            autograder's hidden tests).
+        variant: 0 for the cases shown in the book (the student notebook's public test); any other
+            integer draws other random cases of the same kinds, for practice. The autograder's hidden
+            tests draw theirs from a secret variant that only its zip holds.
 
     Returns:
         A :class:`CheckResult`. It never raises for a wrong or missing answer. An exception raised
         by the checker's own code (not inside the student's code) is reported as a checker error.
+        An answer that reaches the library's own implementation of the exercise (:func:`references`),
+        found in its code or caught calling it while it is checked, fails with ``uses_library`` set.
     """
     if exercise_id not in _CHECKERS:
         raise KeyError(f"no exercise {exercise_id!r}; known: {', '.join(sorted(_CHECKERS))}")
     fn, _ = _CHECKERS[exercise_id]
     token = _VARIANT.set(variant)
+    refs = _forgery.resolve(_REFERENCES[exercise_id])
+    watch = _forgery.Watch()
     try:
         if _is_stub(answer):
             raise _NotAnswered
         origin = _library_origin(answer)
         if origin is not None:
-            raise ExerciseFailure(f"this is course_lib's own implementation ({origin}); the exercise asks for yours.")
-        n = fn(answer) or 0
+            raise _UsesLibrary(f"is course_lib's own implementation ({origin})")
+        finding = _forgery.static_finding(answer, refs)
+        if finding is not None:
+            raise _UsesLibrary(finding)
+        try:
+            with _forgery.watching(refs) as watch:
+                n = fn(answer) or 0
+        except _forgery.ReferenceRefused:
+            n = 0
+        if watch.refused:
+            raise _UsesLibrary(watch.refused)
         result = CheckResult(exercise_id, True, True,
                              f"{exercise_id}: passed ({n} checks)." if n else
                              f"{exercise_id}: passed.", n)
+    except _UsesLibrary as uses:
+        result = CheckResult(exercise_id, True, False,
+                             f"{exercise_id}: 0 points: your answer {uses}. The exercise asks for your own "
+                             "code, not the library's.", uses_library=True)
     except (_NotAnswered, NotImplementedError):
         result = CheckResult(exercise_id, False, False,
                              f"{exercise_id}: not answered yet.\nReplace `raise NotImplementedError` "
                              "with your code and run the cell again.")
     except ExerciseFailure as failure:
-        result = CheckResult(exercise_id, True, False, f"{exercise_id}: not yet right. {failure}")
+        result = _refused_or(watch, exercise_id, CheckResult(exercise_id, True, False,
+                                                             f"{exercise_id}: not yet right. {failure}"))
     except Exception as error:
         frame = _student_frame(error)
         if frame is not None:  # the student's code crashed: show where, not our internals
@@ -366,11 +409,24 @@ def check(exercise_id: str, answer: object, *, quiet: bool = False, variant: int
                 f"{Path(where.filename).name} line {where.lineno}). This is a bug in course_lib, not in your "
                 "answer: please report it.", checker_error=True,
             )
+        result = _refused_or(watch, exercise_id, result)
     finally:
         _VARIANT.reset(token)
     if not quiet:
         print(_wrap(result.message))
     return result
+
+
+class _UsesLibrary(Exception):
+    pass
+
+
+def _refused_or(watch: _forgery.Watch, exercise_id: str, result: CheckResult) -> CheckResult:
+    """``result``, unless the answer called a reference during the check (and swallowed the refusal)."""
+    if not watch.refused:
+        return result
+    return CheckResult(exercise_id, True, False, f"{exercise_id}: 0 points: your answer {watch.refused}. The "
+                       "exercise asks for your own code, not the library's.", uses_library=True)
 
 
 #: Printed feedback fits the book's code column (79 characters at a 1280-px window).

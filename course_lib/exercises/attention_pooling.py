@@ -73,7 +73,9 @@ _WORKED_K = [[2.0, 1.0, -1.0], [0.0, 3.0, -1.0], [1.0, 1.0, 3.0]]
 
 @checker("attention_pooling.attention_weights",
          "attention_weights(queries, keys): softmax(Q K^T) over the keys with exp and sum only, stable for "
-         "large scores")
+         "large scores",
+         references=("attention.softmax_attention", "attention.parameter_free_self_attention", "masking.masked_softmax",
+                     "masking.softmax_with_keep"))
 def check_attention_weights(answer: Callable) -> int:
     g = generator(11)
 

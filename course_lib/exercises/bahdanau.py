@@ -84,7 +84,8 @@ def _context_case(g: torch.Generator, B: int, S: int, H_dec: int, H_enc: int, h:
 
 @checker("bahdanau.context",
          "bahdanau_context(decoder_state, enc_outputs, valid_lens, W_q, W_k, w_v) -> (context, weights), "
-         "padding ignored")
+         "padding ignored",
+         references=("scoring.additive_scores", "scoring.AdditiveAttention", "rnn.BahdanauDecoder"))
 def check_context(answer: Callable) -> int:
     g = generator(4)
     # (B, S, H_dec, H_enc, h, valid lengths): sizes that all differ (a swapped W_q/W_k crashes), one
@@ -252,7 +253,8 @@ def _random_model(Model: type[nn.Module], seed: int, scale: float) -> nn.Module:
 
 
 @checker("bahdanau.greedy",
-         "greedy_one(model, src, src_valid_lens, max_len, bos, eos): greedy decoding of one example with decode_step")
+         "greedy_one(model, src, src_valid_lens, max_len, bos, eos): greedy decoding of one example with decode_step",
+         references=("decode.greedy_decode", "decode.beam_search", "decode.decode_batch", "decode.translate"))
 def check_greedy(answer: Callable) -> int:
     # A scripted model: its correct output is the source without <eos>, cut at max_len.
     scripted = [([5, 7, 4, 9, 6, 2], 6, 20), ([8, 4, 4, 2, 0, 0, 0], 4, 20), ([5, 7, 4, 9, 6, 2], 6, 3),

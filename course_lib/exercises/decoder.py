@@ -51,7 +51,8 @@ def _rotation(d: int, m: int, base: float, *, pairs: str = "half", sign: float =
 
 
 @checker("decoder.rope_d4",
-         "rope_d4(x, m, base): RoPE of a 4-feature query or key at position m, rotate-half pairs (x0, x2), (x1, x3)")
+         "rope_d4(x, m, base): RoPE of a 4-feature query or key at position m, rotate-half pairs (x0, x2), (x1, x3)",
+         references=("rotary.rotary_embedding", "rotary.RotaryKernel"))
 def check_rope_d4(answer: Callable) -> int:
     g = generator(11)
 
@@ -90,7 +91,8 @@ def _relative_reference(q: torch.Tensor, k: torch.Tensor, delta: int, base: floa
 
 
 @checker("decoder.relative_score",
-         "relative_score(q, k, delta, base): the RoPE score of q at m and k at n = m - delta, from q, k and delta only")
+         "relative_score(q, k, delta, base): the RoPE score of q at m and k at n = m - delta, from q, k and delta only",
+         references=("rotary.rotary_embedding", "rotary.RotaryKernel"))
 def check_relative_score(answer: Callable) -> int:
     g = generator(21)
 
@@ -132,7 +134,8 @@ def _llama_hidden(d: int, multiple_of: int) -> int:
 
 
 @checker("decoder.swiglu_parameters",
-         "swiglu_parameters(d, multiple_of): the weights of Llama's SwiGLU feed-forward layer for width d")
+         "swiglu_parameters(d, multiple_of): the weights of Llama's SwiGLU feed-forward layer for width d",
+         references=("decoder_lm.swiglu_hidden_size", "decoder_lm.SwiGLU"))
 def check_swiglu_parameters(answer: Callable) -> int:
     def one(case: tuple[int, int]) -> None:
         d, multiple_of = case
@@ -171,7 +174,8 @@ def _paper_slopes(n: int) -> list[float]:
     return power_of_two(below) + power_of_two(2 * below)[0::2][: n - below]
 
 
-@checker("decoder.alibi_slopes", "alibi_slopes(n): ALiBi's slope of each of n heads, for any n >= 1")
+@checker("decoder.alibi_slopes", "alibi_slopes(n): ALiBi's slope of each of n heads, for any n >= 1",
+         references=("alibi.alibi_slopes", "alibi.alibi_bias", "alibi.ALiBiKernel"))
 def check_alibi_slopes(answer: Callable) -> int:
     def one(n: int) -> None:
         what = f"n={n}"

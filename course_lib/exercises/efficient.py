@@ -53,7 +53,8 @@ def _rows(g: torch.Generator, rows: int, n: int, split: int, empty_rows: int) ->
 
 
 @checker("efficient.merge_softmax_states",
-         "merge_softmax_states(m_a, l_a, m_b, l_b): the running maximum and denominator of two parts of a row, merged")
+         "merge_softmax_states(m_a, l_a, m_b, l_b): the running maximum and denominator of two parts of a row, merged",
+         references=("flash_attention.online_softmax",))
 def check_merge_softmax_states(answer: Callable) -> int:
     def draw(g: torch.Generator) -> list[tuple[int, int, int, int]]:
         return [(integer(g, 1, 4), integer(g, 4, 12), integer(g, 1, 3), 0),
@@ -129,7 +130,8 @@ def _tile_sizes(g: torch.Generator) -> tuple[list[tuple[int, int, int, int]], li
 
 @checker("efficient.causal_tiles",
          "causal_tiles(n_q, n_k, block_q, block_k): the tiles FlashAttention computes with the bottom-right causal "
-         "mask")
+         "mask",
+         references=("flash_attention.flash_tile_map", "flash_attention.flash_io"))
 def check_causal_tiles(answer: Callable) -> int:
     small, large = book_or_drawn(
         ([(8, 8, 2, 2), (10, 10, 3, 3), (12, 12, 4, 3), (3, 11, 2, 4), (11, 4, 3, 2), (17, 17, 5, 4), (5, 5, 8, 8)],
@@ -262,7 +264,10 @@ def _tiles(n: int, block: int) -> list[tuple[int, int]]:
 
 @checker("efficient.causal_flash_attention",
          "causal_flash_attention(q, k, v, block): FlashAttention's forward pass for one head, causal, skipping the "
-         "tiles above the diagonal")
+         "tiles above the diagonal",
+         references=("flash_attention.flash_attention", "flash_attention.FlashKernel", "attention_kernels.attend",
+                     "attention_kernels.explicit_kernel", "attention_kernels.fused_kernel",
+                     "sparse.dense.dense_attention", "sparse.dense.fused_attention"))
 def check_causal_flash_attention(answer: Callable) -> int:
     g = generator(37)
     sizes = book_or_drawn([(8, 3, 2, 4), (10, 4, 3, 3), (13, 2, 5, 4), (6, 3, 3, 8)], 38,

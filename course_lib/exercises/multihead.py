@@ -47,7 +47,8 @@ _SPLIT_CASES = [(2, 5, 12, 3), (1, 7, 8, 2), (3, 4, 6, 1), (2, 3, 8, 8)]  # (bat
 
 
 @checker("multihead.split_heads",
-         "split_heads(X, num_heads): (batch, T, d) -> (batch, h, T, d/h), head i = features i*d_h:(i+1)*d_h")
+         "split_heads(X, num_heads): (batch, T, d) -> (batch, h, T, d/h), head i = features i*d_h:(i+1)*d_h",
+         references=("multihead.MultiHeadAttention",))
 def check_split_heads(answer: Callable) -> int:
     g = generator(0)
 
@@ -93,7 +94,8 @@ def check_split_heads(answer: Callable) -> int:
 
 
 @checker("multihead.merge_heads",
-         "merge_heads(X): (batch, h, T, d_h) -> (batch, T, h*d_h), the inverse of split_heads")
+         "merge_heads(X): (batch, h, T, d_h) -> (batch, T, h*d_h), the inverse of split_heads",
+         references=("multihead.MultiHeadAttention",))
 def check_merge_heads(answer: Callable) -> int:
     g = generator(1)
 
@@ -203,7 +205,10 @@ def _mha_mistakes(args: tuple, kwargs: dict, num_heads: int, d: int) -> list[tup
 
 
 @checker("multihead.multihead_attention",
-         "multihead_attention(queries, keys, values, W_q, W_k, W_v, W_o, num_heads, valid_lens): all heads at once")
+         "multihead_attention(queries, keys, values, W_q, W_k, W_v, W_o, num_heads, valid_lens): all heads at once",
+         references=("multihead.MultiHeadAttention", "attention_kernels.attend", "attention_kernels.explicit_kernel",
+                     "attention_kernels.fused_kernel", "sparse.dense.dense_attention", "sparse.dense.fused_attention",
+                     "flash_attention.flash_attention", "scoring.DotProductAttention"))
 def check_multihead_attention(answer: Callable) -> int:
     g = generator(2)
     # (batch, n_q, n_k, d, h, valid_lens, self-attention?)

@@ -70,7 +70,9 @@ def _loop_nw_over_queries(x_train: torch.Tensor, y_train: torch.Tensor, x_query:
 
 @checker("nadaraya_watson.nw_predict",
          "nw_predict(x_train, y_train, x_query, bandwidth): Gaussian Nadaraya–Watson for inputs in R^d, "
-         "squared distances from one matrix product, weights normalised per query, stable for a tiny bandwidth")
+         "squared distances from one matrix product, weights normalised per query, stable for a tiny bandwidth",
+         references=("nadaraya_watson.nadaraya_watson", "nadaraya_watson.NWKernelRegression",
+                     "linear_attention.nadaraya_watson_attention"))
 def check_nw_predict(answer: Callable) -> int:
     g = generator(2)
 
@@ -192,7 +194,9 @@ def _loop_loo_loss(w: float, x: Sequence[float], y: Sequence[float], leave_out: 
 
 @checker("nadaraya_watson.leave_one_out_loss",
          "leave_one_out_loss(w, x, y): half the mean squared error of predicting each y_i from the other "
-         "points with softmax(-((x_i - x_j) w)^2 / 2), differentiable in w")
+         "points with softmax(-((x_i - x_j) w)^2 / 2), differentiable in w",
+         references=("nadaraya_watson.leave_one_out", "nadaraya_watson.NWKernelRegression",
+                     "nadaraya_watson.fit_nw_kernel_regression"))
 def check_leave_one_out_loss(answer: Callable) -> int:
     g = generator(5)
 

@@ -81,7 +81,8 @@ def _table_sizes(g: torch.Generator) -> list[tuple[int, int]]:
 
 
 @checker("positional.sinusoidal_positions",
-         "sinusoidal_positions(T, d): P[t, 2i] = sin(t / 10000^(2i/d)), P[t, 2i+1] = cos(...), any d")
+         "sinusoidal_positions(T, d): P[t, 2i] = sin(t / 10000^(2i/d)), P[t, 2i+1] = cos(...), any d",
+         references=("positional.sinusoidal_table", "positional.PositionalEncoding"))
 def check_sinusoidal_positions(answer: Callable) -> int:
     def one(size: tuple[int, int]) -> None:
         T, d = size

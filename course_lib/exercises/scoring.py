@@ -54,7 +54,8 @@ def _loop_masked_softmax(X: torch.Tensor, valid_lens: torch.Tensor | None) -> to
 
 
 @checker("scoring.masked_softmax",
-         "my_masked_softmax(X, valid_lens): 1-D and 2-D valid lengths, zeros for fully masked rows")
+         "my_masked_softmax(X, valid_lens): 1-D and 2-D valid lengths, zeros for fully masked rows",
+         references=("masking.masked_softmax", "masking.softmax_with_keep"))
 def check_masked_softmax(answer: Callable) -> int:
     g = generator(3)
     X = torch.randn(3, 2, 4, generator=g)
@@ -152,7 +153,8 @@ def _loop_additive(queries: torch.Tensor, keys: torch.Tensor, W_q: torch.Tensor,
 
 
 @checker("scoring.additive_score",
-         "additive_score(queries, keys, W_q, W_k, w_v): w_v^T tanh(W_q q + W_k k) for every query-key pair")
+         "additive_score(queries, keys, W_q, W_k, w_v): w_v^T tanh(W_q q + W_k k) for every query-key pair",
+         references=("scoring.additive_scores", "scoring.AdditiveAttention"))
 def check_additive_score(answer: Callable) -> int:
     g = generator(5)
     # (batch, n_q, n_k, d_q, d_k, h): sizes that differ, one query, and d_q == d_k with W_q != W_k.

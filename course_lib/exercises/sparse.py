@@ -115,7 +115,8 @@ def _stride_sizes(g: torch.Generator) -> tuple[list[tuple[int, int]], list[tuple
 
 
 @checker("sparse.strided_pairs",
-         "strided_pairs(n, stride): the number of pairs (i, j) the causal strided pattern allows, in closed form")
+         "strided_pairs(n, stride): the number of pairs (i, j) the causal strided pattern allows, in closed form",
+         references=("sparse.patterns.strided_pattern", "sparse.patterns.strided_mod", "sparse.patterns.pattern_mod"))
 def check_strided_pairs(answer: Callable) -> int:
     small, large = book_or_drawn(
         ([(1, 1), (5, 1), (5, 2), (16, 4), (17, 4), (3, 8), (30, 7), (64, 8), (100, 10), (99, 13)],
@@ -170,7 +171,8 @@ def _loop_block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blo
 
 
 @checker("sparse.block_local_attention",
-         "block_local_attention(queries, keys, values, block): attention inside blocks, without the n x n matrix")
+         "block_local_attention(queries, keys, values, block): attention inside blocks, without the n x n matrix",
+         references=("sparse.blockwise.strided_attention", "sparse.blockwise.fixed_attention"))
 def check_block_local_attention(answer: Callable) -> int:
     g = generator(9)
 

@@ -180,7 +180,8 @@ def _diagnose_greedy(got: list[list[int]], model, src: torch.Tensor, lens: torch
 
 
 @checker("training.greedy_decode_loop",
-         "greedy_decode_loop(model, src, src_valid_lens, bos, eos, max_len) with encode/init_decoder_state/decode_step")
+         "greedy_decode_loop(model, src, src_valid_lens, bos, eos, max_len) with encode/init_decoder_state/decode_step",
+         references=("decode.greedy_decode", "decode.beam_search", "decode.decode_batch", "decode.translate"))
 def check_greedy_decode_loop(answer: Callable) -> int:
     model = _small_transformer()
 
@@ -252,7 +253,8 @@ def _ls_other_classes(logits, targets, valid_lens, eps):
 
 
 @checker("training.label_smoothed_masked_ce",
-         "label_smoothed_masked_ce(logits, targets, valid_lens, eps): mean over real tokens, smoothing over all V")
+         "label_smoothed_masked_ce(logits, targets, valid_lens, eps): mean over real tokens, smoothing over all V",
+         references=("train.masked_cross_entropy",))
 def check_label_smoothed_masked_ce(answer: Callable) -> int:
     def one(case: tuple[str, torch.Tensor, torch.Tensor, torch.Tensor, float]) -> int:
         name, logits, targets, lens, eps = case
@@ -445,7 +447,8 @@ _BEAM_MISTAKES = [
 
 
 @checker("training.beam_search",
-         "beam_search(next_log_probs, eos, max_len, beam_size, alpha): the best sequence by log P / lp, <eos> cut off")
+         "beam_search(next_log_probs, eos, max_len, beam_size, alpha): the best sequence by log P / lp, <eos> cut off",
+         references=("decode.beam_search",))
 def check_beam_search(answer: Callable) -> int:
     def toy() -> None:
         # The figure's model: greedy decoding gives A B (probability 0.135), the beam of 2 finds B A (0.288).

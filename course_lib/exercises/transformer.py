@@ -199,7 +199,9 @@ def _encoder_block_cases() -> list[tuple[int, int, int, int, list[int] | None]]:
 
 
 @checker("transformer.encoder_block",
-         "EncoderBlock(num_hiddens, ffn_num_hiddens, num_heads): the post-norm encoder block from the chapter's parts")
+         "EncoderBlock(num_hiddens, ffn_num_hiddens, num_heads): the post-norm encoder block from the chapter's parts",
+         references=("transformer.TransformerEncoderBlock", "transformer.TransformerEncoder",
+                     "transformer.Transformer"))
 def check_encoder_block(answer: Callable) -> int:
     g = generator(10)
 
@@ -307,7 +309,9 @@ def _mask_cases() -> list[tuple[list[int], int]]:
 
 
 @checker("transformer.look_ahead_and_padding_mask",
-         "look_ahead_and_padding_mask(valid_lens, T): bool (batch, T, T), True = attend")
+         "look_ahead_and_padding_mask(valid_lens, T): bool (batch, T, T), True = attend",
+         references=("masking.causal_mask", "masking.padding_mask", "masking.lengths_to_mask",
+                     "masking.valid_lens_to_mask", "attention_kernels.keep_mask"))
 def check_look_ahead_and_padding_mask(answer: Callable) -> int:
     def one(case: tuple[list[int], int]) -> None:
         lens, T = case
@@ -419,7 +423,8 @@ def _small_configs() -> list[TransformerConfig]:
 
 
 @checker("transformer.num_parameters",
-         "transformer_num_parameters(config): closed-form parameter count of cl.Transformer(config)")
+         "transformer_num_parameters(config): closed-form parameter count of cl.Transformer(config)",
+         references=("utils.num_parameters", "transformer.Transformer"))
 def check_num_parameters(answer: Callable) -> int:
     def one(c: TransformerConfig) -> None:
         name = (f"d={c.num_hiddens}, d_ff={c.ffn_num_hiddens}, {c.num_enc_layers}+{c.num_dec_layers} layers, "

@@ -60,7 +60,8 @@ def _words(text: str) -> list[str]:
 
 
 @checker("translation.ngram_precision",
-         "ngram_precision(pred_tokens, ref_token_lists, n) -> (clipped matches, total) against several references")
+         "ngram_precision(pred_tokens, ref_token_lists, n) -> (clipped matches, total) against several references",
+         references=("metrics._ngrams", "metrics.bleu", "metrics.corpus_bleu"))
 def check_ngram_precision(answer: Callable) -> int:
     def every_occurrence() -> None:
         # Every occurrence counts, not just distinct n-grams.
@@ -152,7 +153,8 @@ def _length_pairs(g: torch.Generator) -> tuple:
 
 
 @checker("translation.brevity_penalty",
-         "brevity_penalty(c, r): 1 if c >= r else exp(1 - r/c), 0 for an empty hypothesis corpus")
+         "brevity_penalty(c, r): 1 if c >= r else exp(1 - r/c), 0 for an empty hypothesis corpus",
+         references=("metrics.bleu", "metrics.corpus_bleu"))
 def check_brevity_penalty(answer: Callable) -> int:
     short, longer, empty_r, mixed = book_or_drawn(
         ((8, 10), [(12, 10), (10, 10), (3, 1)], 5, [(1, 2), (5, 6), (7, 20), (99, 100), (1, 1), (40, 39)]), 18,
@@ -259,7 +261,9 @@ def _rewritten(line: str, g: torch.Generator) -> str:
 
 
 @checker("translation.normalize_pair",
-         "normalize_pair(line) -> (English tokens, French tokens) after D2L's normalisation, None if malformed")
+         "normalize_pair(line) -> (English tokens, French tokens) after D2L's normalisation, None if malformed",
+         references=("data.translation.normalize_text", "data.translation.tokenize_words",
+                     "data.translation.read_sentence_pairs"))
 def check_normalize_pair(answer: Callable) -> int:
     lines = book_or_drawn((_PAIRS, _SPACES, _ATTRIBUTION, _MALFORMED), 19, lambda g: (
         [(_rewritten(line, g), expected) for line, expected in _PAIRS],
@@ -417,7 +421,8 @@ _BPE_MISTAKES = [
 
 
 @checker("translation.bpe_merge_step",
-         "bpe_merge_step(words) -> ((a, b), new_words): merge the most frequent adjacent pair, weighted by counts")
+         "bpe_merge_step(words) -> ((a, b), new_words): merge the most frequent adjacent pair, weighted by counts",
+         references=("data.subword.bpe_merge_step", "data.subword.SubwordTokenizer"))
 def check_bpe_merge_step(answer: Callable) -> int:
     lists = _bpe_lists()
 
