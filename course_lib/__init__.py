@@ -168,7 +168,7 @@ from .utils import (
     try_gpu,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "ALiBiKernel",

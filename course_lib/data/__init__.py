@@ -22,7 +22,15 @@ from .download import download_fra_eng
 from .lm import LMBatch, LMData, english_sentences, generated_sentences, load_english_lm, read_text_lines
 from .paths import DATA_DIR_ENV, DataNotFoundError, data_dir, find_data_file
 from .subword import SubwordTokenizer, bpe_merge_step, clean_text, load_fra_eng_subwords
-from .translation import FRA_ENG_FILE, fra_eng_file, load_fra_eng, normalize_text, read_sentence_pairs, tokenize_words
+from .translation import (
+    FRA_ENG_COURSE_PAIRS,
+    FRA_ENG_FILE,
+    fra_eng_file,
+    load_fra_eng,
+    normalize_text,
+    read_sentence_pairs,
+    tokenize_words,
+)
 from .vocab import SPECIAL_TOKENS, Vocab
 
 __all__ = [
@@ -30,6 +38,7 @@ __all__ = [
     "DATE_FORMATS",
     "DATE_LOCALES",
     "DEFAULT_YEARS",
+    "FRA_ENG_COURSE_PAIRS",
     "FRA_ENG_FILE",
     "SPECIAL_TOKENS",
     "SPLITS",

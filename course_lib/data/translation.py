@@ -15,10 +15,14 @@ from .._validation import check_int, check_positive_int, check_probability
 from .dataset import Pair, Seq2SeqData, split_by_source
 from .paths import DataNotFoundError, find_data_file
 
-__all__ = ["FRA_ENG_FILE", "SENTENCE_FINAL", "fra_eng_file", "load_fra_eng", "normalize_text",
+__all__ = ["FRA_ENG_COURSE_PAIRS", "FRA_ENG_FILE", "SENTENCE_FINAL", "fra_eng_file", "load_fra_eng", "normalize_text",
            "read_sentence_pairs", "tokenize_words"]
 
 FRA_ENG_FILE = "fra-eng/fra.txt"
+#: The pairs of the course's copy of the file (the beginning of the Tatoeba export, its first 18 066 lines, the
+#: last one cut): ``load_fra_eng(download=True, max_examples=FRA_ENG_COURSE_PAIRS)`` reads the book's data from
+#: the full download (section 8.1 in Colab).
+FRA_ENG_COURSE_PAIRS = 18065
 # What a complete French (or English) sentence of the corpus ends with.
 SENTENCE_FINAL = (".", "!", "?", "…", "»", '"', "”")
 
