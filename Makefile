@@ -26,8 +26,8 @@ export PYTHONHASHSEED := 0
 # (course_lib.progress); a notebook opened in Jupyter or Colab keeps its live bars.
 export COURSE_PROGRESS := line
 
-.PHONY: venv book book-without-data pdf test lint unit nbval bench assignments student-notebooks grade data \
-	linkcheck clean
+.PHONY: venv book book-without-data pdf test lint unit lower-bounds nbval bench assignments student-notebooks grade data \
+	publish-student-notebooks slides linkcheck clean
 
 venv: $(STAMP)
 
@@ -62,6 +62,12 @@ book-without-data: $(STAMP)
 pdf: book
 	$(BIN)/python tools/book_pdf.py
 
+# Slides per chapter from the executed notebooks (learning goals, key equations, figures, summary):
+# reveal.js decks in _build/slides, every asset local (reveal.js from sphinx-revealjs, MathJax from
+# sphinx-mathjax-offline). tests/test_slides.py opens each in Chromium with no network.
+slides: $(STAMP)
+	$(BIN)/python tools/slides.py --out _build/slides
+
 # book/ruff.toml: the notebooks' code lines fit the book's column (79 characters at 1280 px)
 # actionlint (a PyPI wheel that ships the binary) checks .github/workflows/ with .github/actionlint.yaml.
 lint: $(STAMP)
@@ -85,6 +91,25 @@ test: lint
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests -q -m "not notebooks and not browser"
 
+# The declared lower bounds, tested: a virtual environment (LOWER_VENV) on the oldest Python course_lib supports
+# (LOWER_PYTHON) with every dependency of pyproject.toml at exactly its minimum (tools/lower_bounds.py turns
+# `name>=x` into `name==x`; the extras at what pip finds compatible), then `make unit` in it. On Linux, PyPI's
+# torch of that version is a CUDA build, about 3 GB of wheels: CI adds PyTorch's CPU index (PIP_EXTRA_INDEX_URL).
+LOWER_PYTHON ?= python3.10
+LOWER_VENV ?= .venv-lower
+lower-bounds:
+	rm -rf $(LOWER_VENV)
+	$(LOWER_PYTHON) -m venv $(LOWER_VENV)
+	$(LOWER_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "tomli>=2.0"
+	$(LOWER_VENV)/bin/python tools/lower_bounds.py constraints > $(LOWER_VENV)/constraints.txt
+	$(LOWER_VENV)/bin/python tools/lower_bounds.py requirements > $(LOWER_VENV)/requirements.txt
+	$(LOWER_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c $(LOWER_VENV)/constraints.txt \
+	    -e . -r $(LOWER_VENV)/requirements.txt
+	$(LOWER_VENV)/bin/python -c "import importlib.metadata as m; \
+	    [print('lower bound', r, 'installed', m.version(r.split('==')[0])) for r in open('$(LOWER_VENV)/constraints.txt').read().split()]"
+	touch $(LOWER_VENV)/.installed
+	$(MAKE) --no-print-directory unit PYTHON=$(LOWER_PYTHON) VENV=$(LOWER_VENV) CONSTRAINTS=
+
 # The notebooks only: nbval over book/ and the notebooks that read data once more without it
 # (tests/test_notebooks_without_data.py; where the data file is absent, nbval skips those notebooks).
 nbval: $(STAMP)
@@ -94,21 +119,36 @@ nbval: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
-# dist/student (otter student notebooks), dist/autograder (<chapter>.zip for otter/Gradescope), dist/instructor
+# dist/student (otter student notebooks), dist/autograder (<chapter>.zip for otter/Gradescope), dist/instructor.
+# The glued numbers come from the executed notebooks of `make book` when _build/html is up to date (the numbers
+# the HTML shows), else from the notebooks' stored outputs. Points: course_lib/assignments/points.toml.
 assignments: $(STAMP)
-	$(BIN)/python -m course_lib.assignments generate --book book --out dist
+	$(BIN)/python -m course_lib.assignments generate --book book --out dist $(shell $(BIN)/python tools/book_build.py executed)
 
-# The student notebooks of dist/student (make assignments) run top to bottom the way a student runs them:
-# in the Python on the PATH (STUDENT_PYTHON), not in .venv, where each notebook's setup cell installs
-# course_lib (from COURSE_LIB_SOURCE: this checkout unless set) and otter-grader. weekly.yml runs this
-# in Colab's public image; only the test runner (nbval) is installed first.
+# The student notebooks of dist/student (make assignments) run top to bottom the way a student runs them: in a
+# fresh virtual environment (STUDENT_VENV, made with STUDENT_PYTHON) that holds only the test runner (nbval),
+# where each notebook's setup cell installs course_lib (from COURSE_LIB_SOURCE: this checkout unless set; for a
+# student, the release's tag) with its dependencies, and the chapter's extras (chapter 11: transformers), with
+# pip. STUDENT_PIP_CONSTRAINT (default constraints.txt) pins what pip picks; empty, pip picks the newest.
+# weekly.yml runs it in Colab's public image with STUDENT_VENV= (empty: Colab's own Python and packages).
 STUDENT_PYTHON ?= python3
+STUDENT_VENV ?= _build/student-venv
+STUDENT_PIP_CONSTRAINT ?= $(CURDIR)/constraints.txt
+STUDENT_RUN = $(if $(STUDENT_VENV),$(STUDENT_VENV)/bin/python,$(STUDENT_PYTHON))
 student-notebooks:
-	$(STUDENT_PYTHON) -m pip install --quiet nbval
-	$(STUDENT_PYTHON) -I -c "import importlib.util as u, sys; sys.exit(u.find_spec('course_lib') and \
+	$(if $(STUDENT_VENV),rm -rf $(STUDENT_VENV) && $(STUDENT_PYTHON) -m venv $(STUDENT_VENV))
+	$(STUDENT_RUN) -m pip install --quiet --disable-pip-version-check nbval ipykernel
+	$(STUDENT_RUN) -I -c "import importlib.util as u, sys; sys.exit(u.find_spec('course_lib') and \
 	    'course_lib is installed already: the setup cells would install nothing')"
-	COURSE_LIB_SOURCE=$${COURSE_LIB_SOURCE:-$(CURDIR)} $(STUDENT_PYTHON) -m pytest dist/student -p no:cacheprovider -q \
-	    --nbval-lax --nbval-current-env --nbval-cell-timeout=900
+	COURSE_LIB_SOURCE=$${COURSE_LIB_SOURCE:-$(CURDIR)} $(if $(STUDENT_PIP_CONSTRAINT),PIP_CONSTRAINT=$(STUDENT_PIP_CONSTRAINT)) \
+	    $(STUDENT_RUN) -m pytest dist/student -p no:cacheprovider -q --nbval-lax --nbval-current-env \
+	    --nbval-cell-timeout=900 --durations=0
+
+# The student notebooks as the only commit of the branch the book's Colab buttons open (_config.yml's
+# course_student_branch), force-pushed to REMOTE: publish.yml runs it for a release tag (tools/student_branch.py).
+REMOTE ?= origin
+publish-student-notebooks: assignments
+	$(BIN)/python tools/student_branch.py --remote $(REMOTE) --push dist/student
 
 # The English-French pairs for section 8.1 where ../shared/data is absent (GitHub's runners): the library's
 # opt-in download (SHA-1 checked, kept in $$COURSE_CACHE_DIR or ~/.cache/course_lib), cut to the course's

@@ -23,6 +23,7 @@ from course_lib.assignments import (
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
+VERSION = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE).group(1)
 md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
 
 
@@ -114,9 +115,9 @@ def test_plain_markdown_has_no_directive_fences_or_roles():
     text = ("(sec-x)=\n## Title\n\nAs {cite}`vaswani2017` show, see {doc}`the intro <intro>`, {prf:ref}`prop-a` and "
             "{numref}`fig-b`.\n\n```{prf:proposition} Scaling\n:label: prop-a\n\nBody $x$.\n```\n\n"
             "````{exercise} Derive\n:label: ex-1\n\nDo it.\n````\n% points: 3\n")
-    plain = to_plain_markdown(text, {"vaswani2017": "Vaswani et al. (2017)"})
+    plain = to_plain_markdown(text, {"vaswani2017": ("Vaswani et al.", "2017")})
     assert not re.search(r"\{[\w:-]+\}`|^\s*(`{3,}|:{3,})\s*\{", plain, re.MULTILINE), plain
-    for kept in ("As Vaswani et al. (2017) show", "see the intro", "prop-a", "**Proposition (Scaling).** Body $x$.",
+    for kept in ("As [Vaswani et al., 2017] show", "see the intro", "prop-a", "**Proposition (Scaling).** Body $x$.",
                  "**Exercise: Derive** (ex-1)", "Do it.", "## Title"):
         assert kept in plain, (kept, plain)
     assert "(sec-x)=" not in plain and "% points" not in plain
@@ -129,7 +130,7 @@ def _toy_chapter() -> nbformat.NotebookNode:
         code('import importlib.util\nif importlib.util.find_spec("course_lib") is None:\n'
              '    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",\n'
              '                           "git+https://example.org/course"])'),
-        md("```{exercise} Softmax\n:label: toy-ex-code\n\nWrite it.\n% points: 4\n```"),
+        md("```{exercise} Softmax\n:label: toy-ex-code\n\nWrite it.\n```"),
         code("def my_masked_softmax(X, valid_lens):\n    raise NotImplementedError"),
         code('_ = check("scoring.masked_softmax", my_masked_softmax)'),
         md("```{solution-start} toy-ex-code\n:class: dropdown\n```\nSECRET-EXPLANATION"),
@@ -143,14 +144,18 @@ def _toy_chapter() -> nbformat.NotebookNode:
 
 
 def test_master_notebook_has_one_question_per_exercise_with_public_and_hidden_tests():
-    master = master_notebook(_toy_chapter(), "toy")
+    master = master_notebook(_toy_chapter(), "toy", points={"toy-ex-code": 4}, hidden_variant=123456789)
     raw = [c.source for c in master.cells if c.cell_type == "raw"]
     assert raw[0].startswith("# ASSIGNMENT CONFIG")
+    config = json.loads(raw[0].split("\n", 1)[1])
+    assert config["plugins"] == [{"course_lib.assignments.otter_plugin.GradeWhatAnswersNeed":
+                                  {"answers": ["my_masked_softmax"]}}]
     questions = [json.loads(r.split("\n", 1)[1]) for r in raw if r.startswith("# BEGIN QUESTION")]
     assert questions == [{"name": "toy_ex_code", "points": 4.0, "manual": False},
                          {"name": "toy_ex_text", "points": 2, "manual": True}]
     tests = [c.source for c in master.cells if c.cell_type == "code" and "def test_" in c.source]
-    assert len(tests) == 2 and "variant=0" in tests[0] and tests[1].startswith("# HIDDEN") and "variant=1" in tests[1]
+    assert len(tests) == 2 and "variant=0" in tests[0] and tests[1].startswith("# HIDDEN")
+    assert "variant=123456789" in tests[1]
     assert all('check("scoring.masked_softmax", my_masked_softmax' in t for t in tests)
     sources = [c.source for c in master.cells]
     assert "def my_masked_softmax(X, valid_lens):\n    raise NotImplementedError" in sources  # the prompt
@@ -208,7 +213,33 @@ def _check_student_notebook(path: Path) -> None:
     leaked = [line for line in _solution_only_lines(instructor) if line in text]
     assert not leaked, (path.name, leaked[:3])
     tests = json.dumps(nb.metadata["otter"]["tests"])
-    assert "variant=0" in tests and "variant=1" not in tests and "hidden=True" not in tests
+    assert "variant=0" in tests and "hidden=True" not in tests
+    assert not re.search(r"variant=[1-9]", tests), "the hidden tests' variant is in the student notebook"
+    _check_numbers_and_figures(nb, instructor, path.stem)
+
+
+_GLUE = re.compile(r"\{glue:text\}`([^`]*)`")
+
+
+def _check_numbers_and_figures(nb: nbformat.NotebookNode, instructor: nbformat.NotebookNode, chapter: str) -> None:
+    """The student notebook reads like the book: glued numbers (not their keys), figures and their captions."""
+    from course_lib.assignments._book import BookIndex
+
+    book = BookIndex.from_book(BOOK)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    shown = "\n".join(c.source for c in strip_solutions(instructor).cells if c.cell_type == "markdown")
+    keys = {content.rpartition(":")[0] or content for content in _GLUE.findall(shown)}
+    for content in _GLUE.findall(shown):
+        assert book.glued(chapter, content) in text, (chapter, content)
+    left = sorted(k for k in keys if re.search(rf"(?<![\w-]){re.escape(k)}(?![\w-])", text))
+    assert not left, (chapter, "glue keys where numbers should be", left[:5])
+    figures = [c for c in strip_solutions(instructor).cells if c.cell_type == "code"
+               and any("image/png" in o.get("data", {}) for o in c.get("outputs", []))]
+    kept = [c for c in nb.cells if c.cell_type == "code" and any("image/png" in o.get("data", {}) for o in c.outputs)]
+    assert len(kept) == len(figures), (chapter, len(kept), len(figures))
+    captions = [c for c in nb.cells if c.cell_type == "markdown" and re.match(r"\*Fig\. \d+\.\d+: ", c.source)]
+    named = [c for c in figures if c.metadata.get("mystnb", {}).get("figure", {}).get("caption")]
+    assert len(captions) == len(named), (chapter, len(captions), len(named))
 
 
 def _solution_only_lines(nb: nbformat.NotebookNode) -> set[str]:
@@ -231,10 +262,14 @@ def test_quick_chapters_student_notebooks_read_cleanly_and_autograders_hold_hidd
             tests = "".join(zipped.read(n).decode() for n in names if n.startswith("tests/"))
             config = json.loads(zipped.read("otter_config.json"))
             zipped_env[chapter] = zipped.read("environment.yml").decode()
-        assert "hidden=True" in tests and "variant=1" in tests and "from course_lib.exercises import check" in tests
+        assert "hidden=True" in tests and "from course_lib.exercises import check" in tests
+        secret = {int(v) for v in re.findall(r"variant=(\d+)", tests)} - {0}
+        assert len(secret) == 1 and secret.pop() >= 2**20, "hidden tests draw from one secret variant"
         assert "requirements.txt" not in names, "otter run must have nothing to install"
-        # Gradescope's image installs course_lib from the book's one install source.
-        assert "git+https://" in zipped_env[chapter] and "-q" not in zipped_env[chapter]
+        # Gradescope's image installs the release the book's setup cell pins.
+        assert f"git+https://github.com/attention-course/attention-from-first-principles@v{VERSION}" in \
+            zipped_env[chapter] and "-q" not in zipped_env[chapter]
+        assert config["plugins"][0]["course_lib.assignments.otter_plugin.GradeWhatAnswersNeed"]["answers"]
         assert config["assignment_name"] == chapter and config["show_hidden"] is False
         manifest = json.loads((out / "autograder" / f"{chapter}.json").read_text())
         assert {q["manual"] for q in manifest} == {True, False}
@@ -274,6 +309,20 @@ print("attention_pooling.attention_weights: passed (6 checks).")
 _ = check("attention_pooling.attention_weights", attention_weights)'''
 
 
+# Answers that hand in the library's own implementation: each scores 0 with a message saying how.
+LIBRARY_ANSWERS = {
+    "wrapper": ("ch01-ex-attention-weights", "def attention_weights(queries, keys):\n"
+                "    return cl.softmax_attention(queries, keys, keys)[1]", "as `cl.softmax_attention`"),
+    "alias": ("ch01-ex-attention-weights", "pool = cl.softmax_attention\n\n\ndef attention_weights(queries, keys):\n"
+              "    return pool(queries, keys, keys)[1]", "`pool`, which is course_lib's own softmax_attention"),
+    "import": ("ch01-ex-attention-weights", "def attention_weights(queries, keys):\n"
+               "    from course_lib.masking import masked_softmax\n"
+               "    return masked_softmax(queries @ keys.T, None)", "imports course_lib's own masked_softmax"),
+    "built": ("ch01-ex-attention-weights", "def attention_weights(queries, keys):\n"
+              "    return getattr(cl, 'softmax_' + 'attention')(queries, keys, keys)[1]", "while it was checked"),
+}
+
+
 @pytest.mark.notebooks
 def test_grading_gives_points_messages_and_survives_an_endless_loop(dist, tmp_path):
     out, _ = dist
@@ -287,6 +336,8 @@ def test_grading_gives_points_messages_and_survives_an_endless_loop(dist, tmp_pa
         "wrong": _edit(_edit(_edit(student["03_scoring_functions"], "ch03-ex-masked-softmax", WRONG_MASKED_SOFTMAX),
                              "ch03-ex-additive", RIGHT_ADDITIVE), "ch03-ex-variance", "Var = d, so divide by sqrt(d)."),
     }
+    for name, (exercise, source, _) in LIBRARY_ANSWERS.items():
+        files[name] = _edit(student["01_queries_keys_values"], exercise, source)
     paths = {}
     for name, nb in files.items():
         chapter = "01_queries_keys_values" if name != "wrong" else "03_scoring_functions"
@@ -299,8 +350,8 @@ def test_grading_gives_points_messages_and_survives_an_endless_loop(dist, tmp_pa
     grades = tmp_path / "grades"
     rows, all_graded = grade([paths["loop"], paths["unanswered"]], grades / "a", out / "autograder", timeout=45)
     assert not all_graded
-    rows2, all_graded2 = grade([*instructor, paths["wrong"], paths["forger"]], grades / "b", out / "autograder",
-                               timeout=300)
+    rows2, all_graded2 = grade([*instructor, paths["wrong"], paths["forger"], *(paths[n] for n in LIBRARY_ANSWERS)],
+                               grades / "b", out / "autograder", timeout=300)
     assert all_graded2
 
     table = {}
@@ -321,6 +372,14 @@ def test_grading_gives_points_messages_and_survives_an_endless_loop(dist, tmp_pa
         for exercise in exercises:
             assert table["instructor", exercise] == ("2.0", "2.0", "passed"), (chapter, exercise)
     assert table["forger", "ch01-ex-attention-weights"] == ("0.0", "2.0", "failed")
+    for name, (exercise, _, how) in LIBRARY_ANSWERS.items():
+        assert table[name, exercise] == ("0.0", "2.0", "uses the library"), name
+        assert table[name, "ch01-ex-database-lookup"] == ("0.0", "2.0", "not answered"), name
+        message = next(r["message"] for r in rows2 if Path(r["submission"]).parent.name == name
+                       and r["exercise"] == exercise)
+        assert "0 points: your answer" in message and how in message, (name, message)
+    # every submission graded within the minute (the chapters' trainings are not re-run)
+    assert all(float(r["seconds"]) <= 60 for r in rows2 if r["seconds"] != ""), [r["seconds"] for r in rows2]
     assert table["wrong", "ch03-ex-masked-softmax"] == ("0.0", "2.0", "failed")
     assert table["wrong", "ch03-ex-additive"] == ("2.0", "2.0", "passed")  # partial credit for the chapter
 

@@ -156,8 +156,15 @@ def without_data() -> None:
     stamp(NO_DATA_HTML)
 
 
+def executed_option() -> None:
+    """``--executed _build/jupyter_execute`` when the HTML book is up to date (its executed notebooks' glue
+    stores are what the HTML shows), else nothing: `make assignments` passes it on to the generator."""
+    if is_up_to_date() and (BUILD / "jupyter_execute").is_dir():
+        print(f"--executed {(BUILD / 'jupyter_execute').relative_to(ROOT)}")
+
+
 if __name__ == "__main__":
-    commands = {"prepare": prepare, "stamp": stamp, "without-data": without_data}
+    commands = {"prepare": prepare, "stamp": stamp, "without-data": without_data, "executed": executed_option}
     if len(sys.argv) != 2 or sys.argv[1] not in commands:
         sys.exit(f"usage: python {Path(__file__).name} {{{','.join(commands)}}}")
     commands[sys.argv[1]]()

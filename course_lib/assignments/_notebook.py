@@ -156,17 +156,23 @@ def is_prompt(answer: str) -> bool:
 
 
 def questions_manifest(master: nbformat.NotebookNode) -> list[dict]:
-    """``[{"name", "exercise", "points", "manual"}]`` of a master notebook's questions, in order.
+    """``[{"name", "exercise", "title", "points", "manual"}]`` of a master notebook's questions, in order.
 
     Generation writes it beside each autograder (``<chapter>.json``); grading reads it.
     """
-    out = []
+    out, headings = [], []
     for cell in master.cells:
         if cell.cell_type == "raw" and cell.source.startswith("# BEGIN QUESTION"):
             config = json.loads(cell.source.split("\n", 1)[1])
             out.append({"name": config["name"], "points": config["points"], "manual": config["manual"]})
+            headings.append("")
+        if cell.cell_type == "markdown" and out and not headings[-1] and cell.source.startswith("#### Exercise: "):
+            headings[-1] = cell.source.split("\n", 1)[0].removeprefix("#### Exercise: ")
         if cell.cell_type in ("code", "markdown") and out and "exercise" not in out[-1]:
             label = exercise_label(cell)
             if label:
                 out[-1]["exercise"] = label
+    for question, heading in zip(out, headings, strict=True):
+        label = question.get("exercise", "")
+        question["title"] = heading.rsplit(f" ({label};", 1)[0] if label and f" ({label};" in heading else heading
     return out

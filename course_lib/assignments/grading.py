@@ -24,7 +24,7 @@ import nbformat
 
 from ._notebook import exercise_label, is_prompt
 
-GRADE_COLUMNS = ("submission", "exercise", "points", "max_points", "status")
+GRADE_COLUMNS = ("submission", "exercise", "points", "max_points", "status", "seconds")
 
 
 @dataclass
@@ -79,7 +79,7 @@ def _rows(submission: str, manifest: list[dict], results: dict | None, problem: 
     rows = []
     for q in manifest:
         row = {"submission": submission, "exercise": q.get("exercise", q["name"]), "points": 0.0,
-               "max_points": float(q["points"]), "status": "", "message": ""}
+               "max_points": float(q["points"]), "status": "", "message": "", "seconds": ""}
         if q["manual"]:
             row.update(points="", status="manual", message="graded by hand: see manual_answers.md")
         elif results is None:
@@ -91,6 +91,8 @@ def _rows(submission: str, manifest: list[dict], results: dict | None, problem: 
             row["points"] = round(score, 4)
             if "the checker itself failed" in output:
                 status = "checker error"
+            elif "0 points: your answer" in output:
+                status = "uses the library"
             elif test and score >= row["max_points"]:
                 status = "passed"
             elif "not answered yet" in output:
@@ -152,6 +154,8 @@ def _grade_one(index: int, path: Path, out_dir: Path, autograder_dir: Path, chap
     results, sub.problem = _run_otter(nb, chapter, autograder_dir / f"{chapter}.zip", timeout)
     sub.seconds = time.perf_counter() - start
     sub.rows = _rows(submission, manifest, results, sub.problem)
+    for row in sub.rows:
+        row["seconds"] = round(sub.seconds, 1)  # the whole submission's grading time
     if results is not None:
         (folder / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     (folder / "feedback.md").write_text(_feedback(sub, submission), encoding="utf-8")
