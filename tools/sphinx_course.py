@@ -3,7 +3,8 @@
 Launch buttons only on pages with code: sphinx-book-theme adds the "Launch interactive content"
 group (Colab) to every page built from a notebook, including the intro, the notation table and the
 bibliography, which have no code to run. This removes the group from pages whose doctree holds no
-code cell.
+code cell. On a chapter with exercises, the Colab button opens the chapter's student version instead of
+the book's MyST source (``course_student_branch``, see tools/student_branch.py).
 
 The version in the footer: ``{version}`` in the theme's ``extra_footer`` (_config.yml) becomes the
 package's version from pyproject.toml (the same as ``course_lib.__version__`` and CITATION.cff, checked
@@ -35,6 +36,30 @@ def _has_code_cell(doctree: nodes.document | None) -> bool:
     if doctree is None:
         return False
     return any(node.get("nb_element") == "cell_code" for node in doctree.findall(nodes.Element))
+
+
+def _has_exercises(doctree: nodes.document | None) -> bool:
+    return doctree is not None and any(type(node).__name__.startswith("exercise")
+                                       for node in doctree.findall(nodes.Element))
+
+
+def colab_opens_the_student_version(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any],
+                                    doctree: nodes.document | None) -> None:
+    """On a chapter with exercises, the Colab button opens the chapter's student version: the notebook of
+    ``make assignments`` on the branch ``course_student_branch`` (tools/student_branch.py publishes it for each
+    release), which plain Jupyter renders (no MyST) and which holds no worked solutions."""
+    branch = app.config.course_student_branch
+    if not branch or not _has_exercises(doctree):
+        return
+    for group in context.get("header_buttons") or []:
+        if group.get("label") != "launch-buttons":
+            continue
+        for button in group.get("buttons", []):
+            if button.get("text") == "Colab":
+                button["url"] = re.sub(r"/blob/[^/]+/.*$", f"/blob/{branch}/{Path(pagename).name}.ipynb",
+                                       button["url"])
+                button["text"] = "Colab (student version)"
+                button["tooltip"] = "Open the student version (no solutions) in Colab"
 
 
 def remove_launch_buttons_without_code(app: Sphinx, pagename: str, templatename: str,
@@ -185,6 +210,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("config-inited", set_version)
     # sphinx-book-theme adds the launch buttons at priority 501; run after it.
     app.connect("html-page-context", remove_launch_buttons_without_code, priority=600)
+    app.add_config_value("course_student_branch", "", "html")
+    app.connect("html-page-context", colab_opens_the_student_version, priority=610)
     # After Sphinx's section numbering (env-get-updated, priority 500).
     app.connect("env-get-updated", number_subpages_in_reading_order, priority=600)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
