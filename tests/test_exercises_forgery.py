@@ -92,7 +92,7 @@ def swallows(X, valid_lens):
         result = check("scoring.masked_softmax", answer, quiet=True)
         assert result.uses_library and "while it was checked" in result.message, result.message
         assert 'getattr(cl, "masked_" + "softmax")' in result.message
-    assert sys.getprofile() is None, "the check must leave no profiling hook behind"
+    assert sys.getprofile() is None and sys.gettrace() is None, "the check must leave no hook behind"
     # outside a check the library's function runs for anyone, the student included
     X = torch.randn(2, 3, 4)
     assert torch.equal(ns["answer"](X, torch.tensor([2, 3])), cl.masked_softmax(X, torch.tensor([2, 3])))

@@ -11,7 +11,7 @@ looks, so that neither a wrapper, an alias nor an import inside the function get
   (``ms = cl.masked_softmax``), an attribute path that ends at one (``cl.masked_softmax``,
   ``course_lib.masking.masked_softmax``, ``getattr(cl, "masked_softmax")``), an import of one inside
   the function, or a base class that is one, is reported with its line;
-- **dynamically**, while the checker runs the answer: a profiling hook watches the references' code; a
+- **dynamically**, while the checker runs the answer: a hook watches the references' code; a
   reference called *by the student's code* (the nearest caller that is not torch or the standard library
   is not course_lib: a notebook cell, ``exec``, a file of the student's) refuses to run, and the check
   scores 0 even if the answer swallows the refusal. A reference called by the library itself (the
@@ -377,9 +377,17 @@ class Watch:
     refused: str | None = None
 
 
+_TOOL_IDS = (3, 4)  # sys.monitoring tools no debugger, coverage tool or profiler claims
+
+
 @contextlib.contextmanager
 def watching(references: tuple[Reference, ...]) -> Iterator[Watch]:
-    """While the block runs, a reference called by the student's code raises :class:`ReferenceRefused`."""
+    """While the block runs, a reference called by the student's code raises :class:`ReferenceRefused`.
+
+    Python 3.12+: ``sys.monitoring`` calls back only when a reference's code starts (nothing else is slowed
+    down). Before: a ``sys.settrace`` hook that sees Python calls only (not torch's C calls) and traces no
+    line. Either way the hook is removed when the block ends, and a tracer or tool already there is restored.
+    """
     watch = Watch()
     codes: dict[types.CodeType, Reference] = {}
     for ref in references:
@@ -388,9 +396,7 @@ def watching(references: tuple[Reference, ...]) -> Iterator[Watch]:
         yield watch
         return
 
-    def hook(frame: types.FrameType, event: str, arg: object) -> None:
-        if event != "call" or frame.f_code not in codes:
-            return
+    def starts(frame: types.FrameType) -> None:
         ref = codes[frame.f_code]
         kind, caller = _deciding_caller(frame)
         owner = None
@@ -405,9 +411,33 @@ def watching(references: tuple[Reference, ...]) -> Iterator[Watch]:
             watch.refused = f"called course_lib's own {ref.short} while it was checked ({how})"
             raise ReferenceRefused(f"course_lib's {ref.short} refuses to run inside the answer of a check")
 
-    previous = sys.getprofile()
-    sys.setprofile(hook)
+    monitoring = getattr(sys, "monitoring", None)
+    tool = next((t for t in _TOOL_IDS if monitoring is not None and monitoring.get_tool(t) is None), None)
+    if tool is not None:
+        def on_start(code: types.CodeType, offset: int) -> None:
+            starts(sys._getframe(1))
+
+        monitoring.use_tool_id(tool, "course_lib checks")
+        monitoring.register_callback(tool, monitoring.events.PY_START, on_start)
+        for code in codes:
+            monitoring.set_local_events(tool, code, monitoring.events.PY_START)
+        try:
+            yield watch
+        finally:
+            for code in codes:
+                monitoring.set_local_events(tool, code, 0)
+            monitoring.register_callback(tool, monitoring.events.PY_START, None)
+            monitoring.free_tool_id(tool)
+        return
+
+    def tracer(frame: types.FrameType, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code in codes:
+            starts(frame)
+        return None  # no line events
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
     try:
         yield watch
     finally:
-        sys.setprofile(previous)
+        sys.settrace(previous)
