@@ -198,10 +198,12 @@ def _check_student_notebook(path: Path) -> None:
     assert nb.metadata["kernelspec"]["name"] == "python3", path.name
     text = "\n".join(c.source for c in nb.cells)
     fences = re.findall(r"^\s*(?:`{3,}|:{3,})\s*\{[\w:-]+\}.*$", text, re.MULTILINE)
-    roles = re.findall(r"\{[\w:-]+\}`[^`]*`", text)
+    roles = re.findall(r"(?<![\w}])\{[a-z][\w:-]*\}`[^`]*`", text)  # `y_{T-1}` in inline code is no role
     assert not fences and not roles, (path.name, fences[:3], roles[:3])
     assert "NBVAL" not in text and not any("nbval" in t for c in nb.cells for t in c.metadata.get("tags", []))
-    assert all(c.outputs == [] for c in nb.cells if c.cell_type == "code")
+    # no outputs but the book's figures (image data only: no text, no glue records)
+    assert all(o.output_type == "display_data" and set(o.data) <= {"image/png", "image/svg+xml", "image/jpeg"}
+               for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     # The setup installs course_lib (from the book's one install source) and otter-grader, then the grader.
     setup = [c.source for c in nb.cells if c.cell_type == "code"][:2]
     assert 'find_spec("course_lib")' in setup[0] and "otter-grader" in setup[1] and "otter.Notebook(" in setup[1]
@@ -233,7 +235,9 @@ def _check_numbers_and_figures(nb: nbformat.NotebookNode, instructor: nbformat.N
         assert book.glued(chapter, content) in text, (chapter, content)
     left = sorted(k for k in keys if re.search(rf"(?<![\w-]){re.escape(k)}(?![\w-])", text))
     assert not left, (chapter, "glue keys where numbers should be", left[:5])
-    figures = [c for c in strip_solutions(instructor).cells if c.cell_type == "code"
+    from course_lib.assignments._notebook import walk_solutions
+
+    figures = [c for c, pieces in walk_solutions(instructor) if c.cell_type == "code" and not pieces[0][1]
                and any("image/png" in o.get("data", {}) for o in c.get("outputs", []))]
     kept = [c for c in nb.cells if c.cell_type == "code" and any("image/png" in o.get("data", {}) for o in c.outputs)]
     assert len(kept) == len(figures), (chapter, len(kept), len(figures))

@@ -355,9 +355,10 @@ def _polish_student(path: Path, master: nbformat.NotebookNode) -> None:
             cell.metadata["tags"] = tags
         else:
             cell.metadata.pop("tags", None)
-        if cell.cell_type == "code":
-            cell.outputs = copy.deepcopy(figures.get(cell.source, []))
-            cell.execution_count = None
+    for number, cell in enumerate((c for c in nb.cells if c.cell_type == "code"), start=1):
+        cell.outputs = copy.deepcopy(figures.get(cell.source, []))
+        # a cell that shows an output is a cell that ran (Jupyter's prompt, nbval's "unrun cell" check)
+        cell.execution_count = number if cell.outputs else None
     nbformat.write(nb, path)
 
 
