@@ -4,22 +4,29 @@ The book's notebooks are the single source. For every chapter with exercises, ``
 writes:
 
 - ``dist/instructor/<chapter>.ipynb``: the book's notebook (worked solutions, executed outputs);
-- ``dist/student/<chapter>.ipynb``: an otter-grader student notebook: plain Markdown (no MyST
-  directives or roles), the statements, a stub or an answer cell per exercise, ``grader.check(...)``
-  cells that run the public tests (the course's checkers, with their specific feedback), no
-  solutions and no outputs;
-- ``dist/autograder/<chapter>.zip``: the otter autograder (public and hidden tests, points), for
-  ``otter run``, ``otter grade`` (Docker) or Gradescope.
+- ``dist/student/<chapter>.ipynb``: an otter-grader student notebook that reads like the book in plain
+  Jupyter and Colab: plain Markdown (no MyST directives or roles; glued numbers, cross-references and
+  citations as the HTML shows them), the book's figures with their captions, the statements, a stub or
+  an answer cell per exercise, ``grader.check(...)`` cells that run the public tests (the course's
+  checkers, with their specific feedback), no solutions;
+- ``dist/autograder/<chapter>.zip``: the otter autograder (public and hidden tests, points, the release
+  to install, the plugin that skips the cells the answers do not need), for ``otter run``, ``otter
+  grade`` (Docker) or Gradescope.
 
 Both are produced by ``otter assign`` from a master notebook that :func:`master_notebook` writes from
 the chapter. Each coding exercise's tests call the checker the book calls (``course_lib.exercises``,
-one definition): the public test on the book's cases, the hidden test on other random cases
-(``check(..., variant=1)``). Derivations and experiments are manual questions with an answer cell.
+one definition): the public test on the book's cases, the hidden test on cases drawn from a secret
+variant written only into the zip (``check(..., variant=k)`` with other ``k`` is for practice). An
+answer built on the library's own implementation of the exercise scores 0 (the checkers'
+``references``). Points come from ``points.toml`` (:mod:`~course_lib.assignments._points`).
+Derivations and experiments are manual questions with an answer cell.
 
 Grading (:func:`grade`) runs ``otter run`` on each submission in its own process, with a time limit::
 
-    python -m course_lib.assignments generate [--book book] [--out dist]
+    python -m course_lib.assignments generate [--book book] [--out dist] [--points FILE] [--executed DIR]
     python -m course_lib.assignments grade --out grades [--timeout 600] submissions/*.ipynb
+    python -m course_lib.assignments points      # list the book's exercises in points.toml
+    python -m course_lib.assignments syllabus    # write book/syllabus.ipynb
 
 and writes ``grades.csv`` (one row per submission and exercise), per-submission feedback and the
 manual answers. Scores come from otter's results, never from what a notebook prints.
@@ -28,7 +35,8 @@ The package is split by job: :mod:`~course_lib.assignments.generation` (master n
 assign``), :mod:`~course_lib.assignments.grading` (``otter run``, the gradebook) and the command line
 :mod:`~course_lib.assignments.cli`, over two shared helpers: ``_notebook`` (where the solutions are,
 the student version, what generated notebooks and the grader agree on) and ``_markdown`` (MyST to
-plain Markdown).
+plain Markdown), ``_book`` (the executed book's glue store and cross-reference texts), ``_needed`` (which
+cells grading runs) with :mod:`~course_lib.assignments.otter_plugin`, and :mod:`~course_lib.assignments.syllabus`.
 """
 
 from ._markdown import to_plain_markdown
