@@ -334,7 +334,9 @@ def test_grading_gives_points_messages_and_survives_an_endless_loop(dist, tmp_pa
     subs = tmp_path / "submissions"
     subs.mkdir()
     files = {
-        "loop": _edit(student["01_queries_keys_values"], "ch01-ex-attention-weights", "while True:\n    pass"),
+        # an answer that never returns (grading runs the cells that define the answers, so this one runs)
+        "loop": _edit(student["01_queries_keys_values"], "ch01-ex-attention-weights",
+                      "def attention_weights(queries, keys):\n    while True:\n        pass"),
         "unanswered": student["01_queries_keys_values"],
         "forger": _edit(student["01_queries_keys_values"], "ch01-ex-attention-weights", FORGER, after=True),
         "wrong": _edit(_edit(_edit(student["03_scoring_functions"], "ch03-ex-masked-softmax", WRONG_MASKED_SOFTMAX),
