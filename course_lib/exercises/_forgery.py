@@ -370,34 +370,33 @@ def _code_objects(ref: Reference) -> dict[types.CodeType, Reference]:
     return codes
 
 
-@dataclass
-class Watch:
-    """What :func:`watching` saw: the first call of a reference by the student's code, described."""
+class Watcher:
+    """Refuses the references to the student's code while it is active (``with watcher:``, re-entrant).
 
-    refused: str | None = None
-
-
-_TOOL_IDS = (3, 4)  # sys.monitoring tools no debugger, coverage tool or profiler claims
-
-
-@contextlib.contextmanager
-def watching(references: tuple[Reference, ...]) -> Iterator[Watch]:
-    """While the block runs, a reference called by the student's code raises :class:`ReferenceRefused`.
-
-    Python 3.12+: ``sys.monitoring`` calls back only when a reference's code starts (nothing else is slowed
-    down). Before: a ``sys.settrace`` hook that sees Python calls only (not torch's C calls) and traces no
-    line. Either way the hook is removed when the block ends, and a tracer or tool already there is restored.
+    ``refused`` describes the first refused call (``None`` while there is none). Python 3.12+:
+    ``sys.monitoring`` calls back only when a reference's code starts, so nothing else is slowed down and
+    :func:`~course_lib.exercises.check` keeps it active for the whole check. Before 3.12: a call-only
+    ``sys.settrace`` hook (no line is traced, no C call seen), which still costs a callback per Python call,
+    so the check activates it only while the answer itself runs (:func:`watched`). Either way the hook is
+    removed when the block ends, and a tracer already there is restored.
     """
-    watch = Watch()
-    codes: dict[types.CodeType, Reference] = {}
-    for ref in references:
-        codes.update(_code_objects(ref))
-    if not codes:
-        yield watch
-        return
 
-    def starts(frame: types.FrameType) -> None:
-        ref = codes[frame.f_code]
+    def __init__(self, references: tuple[Reference, ...]) -> None:
+        self.refused: str | None = None
+        self._codes: dict[types.CodeType, Reference] = {}
+        for ref in references:
+            self._codes.update(_code_objects(ref))
+        self._depth = 0
+        self._tool: int | None = None
+        self._previous_trace = None
+
+    @property
+    def cheap(self) -> bool:
+        """Whether watching costs nothing but at the references' calls (``sys.monitoring``)."""
+        return hasattr(sys, "monitoring")
+
+    def _starts(self, frame: types.FrameType) -> None:
+        ref = self._codes[frame.f_code]
         kind, caller = _deciding_caller(frame)
         owner = None
         if kind == "library" and frame.f_code.co_varnames[:1] == ("self",):
@@ -408,36 +407,68 @@ def watching(references: tuple[Reference, ...]) -> Iterator[Watch]:
                 how = f"`{text}`" if text else f"line {caller.f_lineno} of {caller.f_code.co_name}"
             else:
                 how = f"class {owner.__name__}, a subclass"
-            watch.refused = f"called course_lib's own {ref.short} while it was checked ({how})"
+            self.refused = self.refused or f"called course_lib's own {ref.short} while it was checked ({how})"
             raise ReferenceRefused(f"course_lib's {ref.short} refuses to run inside the answer of a check")
 
-    monitoring = getattr(sys, "monitoring", None)
-    tool = next((t for t in _TOOL_IDS if monitoring is not None and monitoring.get_tool(t) is None), None)
-    if tool is not None:
-        def on_start(code: types.CodeType, offset: int) -> None:
-            starts(sys._getframe(1))
-
-        monitoring.use_tool_id(tool, "course_lib checks")
-        monitoring.register_callback(tool, monitoring.events.PY_START, on_start)
-        for code in codes:
-            monitoring.set_local_events(tool, code, monitoring.events.PY_START)
-        try:
-            yield watch
-        finally:
-            for code in codes:
-                monitoring.set_local_events(tool, code, 0)
-            monitoring.register_callback(tool, monitoring.events.PY_START, None)
-            monitoring.free_tool_id(tool)
-        return
-
-    def tracer(frame: types.FrameType, event: str, arg: object) -> None:
-        if event == "call" and frame.f_code in codes:
-            starts(frame)
+    def _tracer(self, frame: types.FrameType, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code in self._codes:
+            self._starts(frame)
         return None  # no line events
 
-    previous = sys.gettrace()
-    sys.settrace(tracer)
-    try:
-        yield watch
-    finally:
-        sys.settrace(previous)
+    def __enter__(self) -> Watcher:
+        self._depth += 1
+        if self._depth > 1 or not self._codes:
+            return self
+        monitoring = getattr(sys, "monitoring", None)
+        self._tool = next((t for t in _TOOL_IDS if monitoring is not None and monitoring.get_tool(t) is None), None)
+        if self._tool is not None:
+            monitoring.use_tool_id(self._tool, "course_lib checks")
+            monitoring.register_callback(self._tool, monitoring.events.PY_START,
+                                         lambda code, offset: self._starts(sys._getframe(1)))
+            for code in self._codes:
+                monitoring.set_local_events(self._tool, code, monitoring.events.PY_START)
+        else:
+            self._previous_trace = sys.gettrace()
+            sys.settrace(self._tracer)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if self._depth > 0 or not self._codes:
+            return
+        if self._tool is not None:
+            monitoring = sys.monitoring
+            for code in self._codes:
+                monitoring.set_local_events(self._tool, code, 0)
+            monitoring.register_callback(self._tool, monitoring.events.PY_START, None)
+            monitoring.free_tool_id(self._tool)
+            self._tool = None
+        else:
+            sys.settrace(self._previous_trace)
+
+
+_TOOL_IDS = (3, 4)  # sys.monitoring tools no debugger, coverage tool or profiler claims
+
+
+def watched(answer: object, watcher: Watcher) -> object:
+    """``answer`` as the checker calls it: a function that runs the answer with ``watcher`` active.
+
+    A class (or an object that is not a plain function) is returned as is: the check then keeps the watcher
+    active throughout.
+    """
+    if isinstance(answer, type) or not callable(answer):
+        return answer
+
+    @functools.wraps(answer)
+    def run(*args: object, **kwargs: object) -> object:
+        with watcher:
+            return answer(*args, **kwargs)
+
+    return run
+
+
+@contextlib.contextmanager
+def watching(references: tuple[Reference, ...]) -> Iterator[Watcher]:
+    """While the block runs, a reference called by the student's code raises :class:`ReferenceRefused`."""
+    with Watcher(references) as watcher:
+        yield watcher
