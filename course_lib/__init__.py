@@ -1,44 +1,29 @@
 """course_lib: the tested library behind *Attention and Transformers from first principles*.
 
-One module per chapter concept; everything a notebook uses is importable from here.
+One module per concept, in packages that show the layers (lower ones never import higher ones):
+
+- ``attention``: the attention wing: the kernel contract and registry, masks and score modifiers,
+  multi-head attention, the key/value caches, recording, chapter 3's scoring modules, every kernel
+  (``attention.kernels``) and chapter 9's sparse package (``attention.sparse``);
+- ``models``: positions, the Transformer, the RNN baselines, the decoder-only language model and its
+  Hugging Face conversion;
+- ``decoding``: greedy, beam search and sampling, for translators and language models alike;
+- ``training``: the training loops, checkpoints and ``torchrun``;
+- ``data``: datasets, vocabularies and tokenizers;
+- ``teaching``: what only the book needs: plots, diagrams and the exercises' checkers (imported on
+  first use, so ``import course_lib`` does not import matplotlib);
+- ``assignments``: the instructor's tooling (student notebooks, grading).
+
+Chapters 1 and 2 live at the top: ``pooling`` (attention pooling), ``smoothing`` (smoothing kernels)
+and ``nadaraya_watson``. Everything a notebook uses is importable from here, flat: ``cl.MultiHeadAttention``.
 """
 
 # Chapters 4-8: multi-head attention, positions, the Transformer, the RNN baseline, training and decoding.
-from . import data, diagrams, sparse
-from .alibi import ALiBiKernel, alibi_bias, alibi_slopes
-from .attention import attention_pool, parameter_free_self_attention, softmax_attention
-from .attention_kernels import AttentionKernel, attend, explicit_kernel, fused_kernel, keep_mask
-from .checkpoint import (
-    FORMAT_VERSION,
-    LM_FORMAT_VERSION,
-    CheckpointError,
-    load_checkpoint,
-    load_lm_checkpoint,
-    save_checkpoint,
-    save_lm_checkpoint,
-)
-from .data import (
-    DataNotFoundError,
-    LMData,
-    Seq2SeqData,
-    SubwordTokenizer,
-    Vocab,
-    load_dates,
-    load_english_lm,
-    load_fra_eng,
-    load_fra_eng_subwords,
-)
-from .decode import beam_search, decode_batch, default_max_len, greedy_decode, sequence_log_prob, translate
-from .decoder_lm import (
-    DecoderLM,
-    DecoderLMBlock,
-    DecoderLMConfig,
-    DecoderLMState,
-    RMSNorm,
-    SwiGLU,
-    swiglu_hidden_size,
-)
-from .flash_attention import (
+from . import data
+from .attention import sparse
+from .attention.contract import AttentionKernel, attend, explicit_kernel, fused_kernel, keep_mask
+from .attention.kernels.alibi import ALiBiKernel, alibi_bias, alibi_slopes
+from .attention.kernels.flash import (
     FlashIO,
     FlashKernel,
     OnlineSoftmax,
@@ -47,15 +32,7 @@ from .flash_attention import (
     flash_tile_map,
     online_softmax,
 )
-from .kernels import (
-    KERNELS,
-    boxcar_kernel,
-    epanechnikov_kernel,
-    gaussian_kernel,
-    get_kernel,
-    triangular_kernel,
-)
-from .linear_attention import (
+from .attention.kernels.linear import (
     LINEAR_ATTENTION_MODES,
     LinearAttentionState,
     LinearKernel,
@@ -65,7 +42,9 @@ from .linear_attention import (
     linear_attention_step,
     nadaraya_watson_attention,
 )
-from .masking import (
+from .attention.kernels.rotary import RotaryKernel, rotary_embedding, rotary_frequencies, rotary_permutation
+from .attention.kernels.sliding_window import SlidingWindowCache, SlidingWindowKernel
+from .attention.masks import (
     MaskMod,
     causal_mask,
     causal_mod,
@@ -78,37 +57,9 @@ from .masking import (
     softmax_with_keep,
     valid_lens_to_mask,
 )
-from .metrics import bleu, corpus_bleu, detokenized_bleu, exact_match
-from .multihead import KVCache, MultiHeadAttention
-from .nadaraya_watson import (
-    NWKernelRegression,
-    fit_nw_kernel_regression,
-    leave_one_out,
-    nadaraya_watson,
-)
-from .plotting import (
-    BOOK_STYLE,
-    COLUMN_WIDTH,
-    plot_curves,
-    plot_kernels,
-    plot_regression,
-    show_heatmaps,
-    use_book_style,
-)
-from .positional import LearnedPositionalEmbedding, PositionalEncoding, sinusoidal_table
-from .progress import progress, progress_mode
-from .recording import AttentionModule, attention_modules, recording_attention, store_attention_weights
-from .rnn import (
-    BahdanauDecoder,
-    BahdanauSeq2Seq,
-    RNNDecoderState,
-    RNNEncoder,
-    Seq2SeqDecoder,
-    Seq2SeqRNN,
-    Seq2SeqRNNConfig,
-)
-from .rotary import RotaryKernel, rotary_embedding, rotary_frequencies, rotary_permutation
-from .scoring import (
+from .attention.multihead import KVCache, MultiHeadAttention
+from .attention.recording import AttentionModule, attention_modules, recording_attention, store_attention_weights
+from .attention.scoring import (
     AdditiveAttention,
     BilinearAttention,
     CosineAttention,
@@ -118,9 +69,7 @@ from .scoring import (
     cosine_scores,
     dot_product_scores,
 )
-from .seq2seq import Seq2SeqModel
-from .sliding_window import SlidingWindowCache, SlidingWindowKernel
-from .sparse import (
+from .attention.sparse import (
     SparseKernel,
     SparseMultiHeadAttention,
     default_stride,
@@ -133,7 +82,76 @@ from .sparse import (
     strided_pattern,
     use_sparse_attention,
 )
-from .train import (
+from .data import (
+    DataNotFoundError,
+    LMData,
+    Seq2SeqData,
+    SubwordTokenizer,
+    Vocab,
+    load_dates,
+    load_english_lm,
+    load_fra_eng,
+    load_fra_eng_subwords,
+)
+from .decoding.protocol import Seq2SeqModel
+from .decoding.search import beam_search, decode_batch, default_max_len, greedy_decode, sequence_log_prob, translate
+from .metrics import bleu, corpus_bleu, detokenized_bleu, exact_match
+from .models.decoder_lm import (
+    DecoderLM,
+    DecoderLMBlock,
+    DecoderLMConfig,
+    DecoderLMState,
+    RMSNorm,
+    SwiGLU,
+    swiglu_hidden_size,
+)
+from .models.positional import LearnedPositionalEmbedding, PositionalEncoding, sinusoidal_table
+from .models.rnn import (
+    BahdanauDecoder,
+    BahdanauSeq2Seq,
+    RNNDecoderState,
+    RNNEncoder,
+    Seq2SeqDecoder,
+    Seq2SeqRNN,
+    Seq2SeqRNNConfig,
+)
+from .models.transformer import (
+    AddNorm,
+    PositionWiseFFN,
+    Transformer,
+    TransformerConfig,
+    TransformerDecoder,
+    TransformerDecoderBlock,
+    TransformerDecoderState,
+    TransformerEncoder,
+    TransformerEncoderBlock,
+)
+from .nadaraya_watson import (
+    NWKernelRegression,
+    fit_nw_kernel_regression,
+    leave_one_out,
+    nadaraya_watson,
+)
+from .pooling import attention_pool, parameter_free_self_attention, softmax_attention
+from .progress import progress, progress_mode
+from .smoothing import (
+    KERNELS,
+    boxcar_kernel,
+    epanechnikov_kernel,
+    gaussian_kernel,
+    get_kernel,
+    triangular_kernel,
+)
+from .training.checkpoint import (
+    FORMAT_VERSION,
+    LM_FORMAT_VERSION,
+    CheckpointError,
+    load_checkpoint,
+    load_lm_checkpoint,
+    save_checkpoint,
+    save_lm_checkpoint,
+)
+from .training.train import (
     TrainHistory,
     evaluate,
     evaluate_lm,
@@ -144,18 +162,6 @@ from .train import (
     train_lm,
     train_seq2seq,
     warmup_lr,
-)
-from .training_plots import plot_history
-from .transformer import (
-    AddNorm,
-    PositionWiseFFN,
-    Transformer,
-    TransformerConfig,
-    TransformerDecoder,
-    TransformerDecoderBlock,
-    TransformerDecoderState,
-    TransformerEncoder,
-    TransformerEncoderBlock,
 )
 from .utils import (
     by_device,
@@ -169,6 +175,36 @@ from .utils import (
 )
 
 __version__ = "0.1.0"
+
+# The teaching machinery draws with matplotlib: its names are imported when first used.
+_LAZY = {
+    "diagrams": ("course_lib.teaching.diagrams", None),
+    "BOOK_STYLE": ("course_lib.teaching.plotting", "BOOK_STYLE"),
+    "COLUMN_WIDTH": ("course_lib.teaching.plotting", "COLUMN_WIDTH"),
+    "plot_curves": ("course_lib.teaching.plotting", "plot_curves"),
+    "plot_kernels": ("course_lib.teaching.plotting", "plot_kernels"),
+    "plot_regression": ("course_lib.teaching.plotting", "plot_regression"),
+    "show_heatmaps": ("course_lib.teaching.plotting", "show_heatmaps"),
+    "use_book_style": ("course_lib.teaching.plotting", "use_book_style"),
+    "plot_history": ("course_lib.teaching.training_plots", "plot_history"),
+}
+
+
+def __getattr__(name: str) -> object:
+    """Import a teaching name (``cl.show_heatmaps``, ``cl.diagrams``, ...) on first use."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'course_lib' has no attribute {name!r}")
+    import importlib
+
+    module_name, attribute = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
     "ALiBiKernel",

@@ -191,11 +191,11 @@ def _load_data(args: argparse.Namespace):
 def _build_model(kind: str, data):
     src_size, tgt_size = len(data.src_vocab), len(data.tgt_vocab)
     if kind == "rnn":
-        from .rnn import BahdanauSeq2Seq, Seq2SeqRNNConfig
+        from .models.rnn import BahdanauSeq2Seq, Seq2SeqRNNConfig
 
         config = Seq2SeqRNNConfig(src_size, tgt_size, embed_size=64, hidden_size=128, num_layers=2, dropout=0.1)
         return BahdanauSeq2Seq(config), {"lr": 3e-3, "warmup_steps": 0}
-    from .transformer import Transformer, TransformerConfig
+    from .models.transformer import Transformer, TransformerConfig
 
     config = TransformerConfig(src_size, tgt_size, num_hiddens=128, ffn_num_hiddens=256, num_heads=4,
                                num_enc_layers=2, num_dec_layers=2, dropout=0.1)
@@ -213,7 +213,7 @@ def default_device() -> torch.device:
 def _train(args: argparse.Namespace, out: TextIO) -> int:
     import torch
 
-    from .distributed import init_distributed
+    from .training.distributed import init_distributed
 
     # Under torchrun: join the process group (gloo on the CPU, NCCL on GPUs); otherwise nothing changes.
     context, device = init_distributed(args.device)
@@ -240,8 +240,8 @@ def _report_training(history, out: TextIO) -> None:
 def _train_in_process(args: argparse.Namespace, out: TextIO, context, device) -> int:
     if args.task == "lm":
         return _train_lm(args, out, context, device)
-    from .checkpoint import save_checkpoint
-    from .train import evaluate, train_seq2seq
+    from .training.checkpoint import save_checkpoint
+    from .training.train import evaluate, train_seq2seq
     from .utils import num_parameters, set_seed
 
     data = _load_data(args)
@@ -282,10 +282,10 @@ def _train_in_process(args: argparse.Namespace, out: TextIO, context, device) ->
 def _train_lm(args: argparse.Namespace, out: TextIO, context, device) -> int:
     import math
 
-    from .checkpoint import save_lm_checkpoint
     from .data import load_english_lm
-    from .decoder_lm import DecoderLM, DecoderLMConfig
-    from .train import evaluate_lm, train_lm
+    from .models.decoder_lm import DecoderLM, DecoderLMConfig
+    from .training.checkpoint import save_lm_checkpoint
+    from .training.train import evaluate_lm, train_lm
     from .utils import num_parameters, set_seed
 
     data = load_english_lm(path=args.data, vocab_size=args.vocab_size, seed=args.seed, max_examples=args.examples)
@@ -330,7 +330,7 @@ def _train_lm(args: argparse.Namespace, out: TextIO, context, device) -> int:
 def _generate(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     import torch
 
-    from .checkpoint import load_lm_checkpoint
+    from .training.checkpoint import load_lm_checkpoint
 
     device = torch.device(args.device) if args.device else default_device()
     model, tokenizer, _ = load_lm_checkpoint(args.checkpoint, device=device)
@@ -358,8 +358,8 @@ def _generate(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
 def _translate(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     import torch
 
-    from .checkpoint import CheckpointError, load_checkpoint
-    from .decode import translate
+    from .decoding.search import translate
+    from .training.checkpoint import CheckpointError, load_checkpoint
 
     device = torch.device(args.device) if args.device else default_device()
     model, src_vocab, tgt_vocab, meta = load_checkpoint(args.checkpoint, device=device)

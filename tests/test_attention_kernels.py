@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import course_lib as cl
-from course_lib.attention_kernels import attend, explicit_kernel, fused_kernel, keep_mask
+from course_lib.attention.contract import attend, explicit_kernel, fused_kernel, keep_mask
 
 KERNELS = [explicit_kernel, fused_kernel]
 

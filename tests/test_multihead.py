@@ -1,4 +1,4 @@
-"""Tests for course_lib.multihead: MultiHeadAttention, KVCache, and recording its weights.
+"""Tests for course_lib.attention.multihead: MultiHeadAttention, KVCache, and recording its weights.
 
 References: torch.nn.MultiheadAttention with the same weights, a brute-force loop over
 (batch, head, query), F.scaled_dot_product_attention semantics, autograd.gradcheck.
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from course_lib import padding_mask, recording_attention, store_attention_weights
-from course_lib.attention_kernels import explicit_kernel, fused_kernel
-from course_lib.multihead import KVCache, MultiHeadAttention
+from course_lib.attention.contract import explicit_kernel, fused_kernel
+from course_lib.attention.multihead import KVCache, MultiHeadAttention
 
 D, H = 16, 4
 

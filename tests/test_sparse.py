@@ -1,4 +1,4 @@
-"""Tests for course_lib.sparse: the strided and fixed patterns, block-sparse attention, the multi-head
+"""Tests for course_lib.attention.sparse: the strided and fixed patterns, block-sparse attention, the multi-head
 module, the swap into a Transformer, and the memory counter.
 
 References: the paper's index sets built by Python loops, dense attention written here (scores,
@@ -16,9 +16,8 @@ from hypothesis import strategies as st
 
 import course_lib as cl
 from course_lib import padding_mask, recording_attention
-from course_lib.exercises._core import LargestTensorProbe
-from course_lib.multihead import KVCache, MultiHeadAttention
-from course_lib.sparse import (
+from course_lib.attention.multihead import KVCache, MultiHeadAttention
+from course_lib.attention.sparse import (
     SparseMultiHeadAttention,
     default_stride,
     dense_attention,
@@ -30,6 +29,7 @@ from course_lib.sparse import (
     strided_pattern,
     use_sparse_attention,
 )
+from course_lib.teaching.exercises._core import LargestTensorProbe
 
 D, H = 12, 3
 
@@ -672,7 +672,7 @@ def test_use_sparse_attention_needs_transformer_blocks():
 
 
 def test_swapping_in_sparse_attention_keeps_the_recording_flag():
-    from course_lib.transformer import TransformerEncoder
+    from course_lib.models.transformer import TransformerEncoder
 
     encoder = TransformerEncoder(20, D, 2 * D, H, 1)
     encoder.blocks[0].attention.record_weights = True

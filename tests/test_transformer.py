@@ -1,4 +1,4 @@
-"""Tests for course_lib.transformer: FFN, AddNorm, encoder/decoder blocks and stacks, the Transformer.
+"""Tests for course_lib.models.transformer: FFN, AddNorm, encoder/decoder blocks and stacks, the Transformer.
 
 References, all independent of the module's own code paths: Linear-ReLU-Linear and the layer-norm
 formula written out; multi-head attention one head at a time with an explicit mask; the block
@@ -18,7 +18,7 @@ from torch import nn
 from torch.func import functional_call
 
 from course_lib import attention_modules, padding_mask
-from course_lib.transformer import (
+from course_lib.models.transformer import (
     AddNorm,
     PositionWiseFFN,
     Transformer,
