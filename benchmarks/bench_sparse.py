@@ -65,7 +65,7 @@ def attention_calls(n: int, device: torch.device, seed: int = 0) -> dict[str, Ca
 
     return {
         "explicit": explicit,
-        "fused": lambda: fused_attention(q, k, v, is_causal=True),
+        "fused": lambda: fused_attention(q, k, v, causal=True),
         "sparse": lambda: strided_attention(q, k, v, stride, causal=True),
     }
 

@@ -18,11 +18,12 @@ Chapters 1 and 2 live at the top: ``pooling`` (attention pooling), ``smoothing``
 and ``nadaraya_watson``. Everything a notebook uses is importable from here, flat: ``cl.MultiHeadAttention``.
 """
 
-# Chapters 4-8: multi-head attention, positions, the Transformer, the RNN baseline, training and decoding.
 from . import data
 from .attention import sparse
-from .attention.contract import AttentionKernel, attend, explicit_kernel, fused_kernel, keep_mask
-from .attention.kernels.alibi import ALiBiKernel, alibi_bias, alibi_slopes
+from .attention.cache import KVCache, SlidingWindowCache
+from .attention.contract import AttentionKernel, Capabilities, repeat_kv
+from .attention.kernels.alibi import ALiBiKernel, alibi_bias, alibi_mod, alibi_slopes
+from .attention.kernels.explicit import explicit_kernel
 from .attention.kernels.flash import (
     FlashIO,
     FlashKernel,
@@ -32,6 +33,7 @@ from .attention.kernels.flash import (
     flash_tile_map,
     online_softmax,
 )
+from .attention.kernels.fused import fused_kernel
 from .attention.kernels.linear import (
     LINEAR_ATTENTION_MODES,
     LinearAttentionState,
@@ -43,22 +45,26 @@ from .attention.kernels.linear import (
     nadaraya_watson_attention,
 )
 from .attention.kernels.rotary import RotaryKernel, rotary_embedding, rotary_frequencies, rotary_permutation
-from .attention.kernels.sliding_window import SlidingWindowCache, SlidingWindowKernel
+from .attention.kernels.sliding_window import SlidingWindowKernel
 from .attention.masks import (
     MaskMod,
     causal_mask,
     causal_mod,
+    keep_mask,
     lengths_to_mask,
     masked_softmax,
     padding_mask,
     padding_mod,
+    query_positions,
     sequence_mask,
     sliding_window_mod,
     softmax_with_keep,
     valid_lens_to_mask,
 )
-from .attention.multihead import KVCache, MultiHeadAttention
+from .attention.multihead import MultiHeadAttention
 from .attention.recording import AttentionModule, attention_modules, recording_attention, store_attention_weights
+from .attention.registry import attend, attention_kernel, kernel_names, register_kernel
+from .attention.score_mods import ScoreMod
 from .attention.scoring import (
     AdditiveAttention,
     BilinearAttention,
@@ -80,7 +86,6 @@ from .attention.sparse import (
     peak_memory,
     strided_attention,
     strided_pattern,
-    use_sparse_attention,
 )
 from .data import (
     DataNotFoundError,
@@ -207,6 +212,14 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
+    "query_positions",
+    "repeat_kv",
+    "register_kernel",
+    "kernel_names",
+    "attention_kernel",
+    "alibi_mod",
+    "ScoreMod",
+    "Capabilities",
     "ALiBiKernel",
     "AddNorm",
     "AdditiveAttention",
@@ -366,7 +379,6 @@ __all__ = [
     "triangular_kernel",
     "try_gpu",
     "use_book_style",
-    "use_sparse_attention",
     "valid_lens_to_mask",
     "warmup_lr",
 ]

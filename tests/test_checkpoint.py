@@ -36,6 +36,20 @@ MAKERS = {"bahdanau": lambda: _rnn(BahdanauSeq2Seq), "plain-rnn": lambda: _rnn(S
           "transformer": _transformer}
 
 
+def test_the_attention_kernels_named_in_the_config_survive_a_round_trip(tmp_path):
+    src, tgt = _vocabs()
+    config = transformer.TransformerConfig(len(src), len(tgt), num_hiddens=16, ffn_num_hiddens=32, num_heads=2,
+                                           num_enc_layers=1, num_dec_layers=1, dropout=0.0, kernel="sparse",
+                                           kernel_options={"pattern": "fixed", "stride": 3, "c": 1},
+                                           cross_kernel="explicit")
+    path = save_checkpoint(tmp_path / "m.pt", transformer.Transformer(config), src, tgt)
+    loaded, *_ = load_checkpoint(path, device="cpu")
+    assert loaded.config == config
+    assert repr(loaded.encoder.blocks[0].attention.kernel) == "SparseKernel('fixed', stride=3, c=1)"
+    assert repr(loaded.decoder.blocks[0].self_attention.kernel) == "SparseKernel('fixed', stride=3, c=1)"
+    assert repr(loaded.decoder.blocks[0].cross_attention.kernel) == "explicit_kernel"
+
+
 @pytest.mark.parametrize("name", MAKERS)
 def test_round_trip_rebuilds_the_same_model_and_vocabularies(tmp_path, name):
     model, src_vocab, tgt_vocab = MAKERS[name]()
@@ -174,7 +188,8 @@ OFF_DEFAULT = {
     "transformer": lambda n_src, n_tgt: transformer.Transformer(_off_default(
         transformer.TransformerConfig, src_vocab_size=n_src, tgt_vocab_size=n_tgt, num_hiddens=12,
         ffn_num_hiddens=20, num_heads=3, num_enc_layers=1, num_dec_layers=3, dropout=0.3, max_len=40,
-        norm_first=True, positional="learned", pad_id=3, num_kv_heads=1)),
+        norm_first=True, positional="learned", pad_id=3, num_kv_heads=1, kernel="sliding_window",
+        kernel_options={"window": 5, "inner": "explicit"}, cross_kernel="fused")),
     "bahdanau": lambda n_src, n_tgt: BahdanauSeq2Seq(_off_default(
         Seq2SeqRNNConfig, src_vocab_size=n_src, tgt_vocab_size=n_tgt, embed_size=5, hidden_size=7, num_layers=3,
         dropout=0.3, pad_id=3)),

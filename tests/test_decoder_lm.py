@@ -295,6 +295,28 @@ def test_cached_steps_equal_the_uncached_forward(positional):
     torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("positional", ["rotary", "alibi", "learned"])
+def test_a_cropped_state_continues_as_if_the_dropped_tokens_were_never_fed(positional):
+    lm = _own_model(positional)
+    tokens = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(4))
+    _, state = lm.step(tokens[:, :7])
+    assert len(state.crop(4)) == 4
+    logits, _ = lm.step(tokens[:, 7:], state)  # now at positions 4 and 5
+    expected = lm(torch.cat([tokens[:, :4], tokens[:, 7:]], 1))[:, 4:]
+    torch.testing.assert_close(logits, expected, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="length must be at most the 4 cached steps"):
+        state.crop(5)
+
+
+def test_in_place_steps_equal_the_functional_ones():
+    lm = _own_model()
+    tokens = torch.randint(0, VOCAB, (2, 6), generator=torch.Generator().manual_seed(5))
+    state = lm.init_state()
+    pieces = [lm.step_(tokens[:, :4], state), lm.step_(tokens[:, 4:5], state), lm.step_(tokens[:, 5:], state)]
+    assert len(state) == 6
+    torch.testing.assert_close(torch.cat(pieces, 1), lm(tokens), rtol=0, atol=1e-12)
+
+
 def test_step_leaves_the_given_state_unchanged():
     lm = _own_model()
     tokens = torch.randint(0, VOCAB, (2, 4))

@@ -122,7 +122,7 @@ def sequence_mask(X: torch.Tensor, valid_lens: torch.Tensor, value: float = 0.0)
         raise ValueError(f"X must be at least 2-D (batch, max_len, ...), got shape {tuple(X.shape)}")
     valid_lens = as_lengths(valid_lens, "valid_lens", max_len=X.shape[1], shape=(X.shape[0],),
                             what=f"X of shape {tuple(X.shape)}", device=X.device)
-    keep = lengths_to_mask(valid_lens, X.shape[1])  # (batch, max_len)
+    keep = keep_lengths(valid_lens, X.shape[1])  # (batch, max_len)
     keep = keep.reshape(keep.shape + (1,) * (X.dim() - 2))
     return X.masked_fill(~keep, value)
 
@@ -149,9 +149,18 @@ def lengths_to_mask(valid_lens: torch.Tensor, max_len: int) -> torch.Tensor:
         tensor([[ True,  True, False]])
     """
     check_non_negative_int(max_len, "max_len")
-    valid_lens = as_lengths(valid_lens, "valid_lens")
-    positions = torch.arange(max_len, device=valid_lens.device)
-    return positions < valid_lens.unsqueeze(-1)
+    return keep_lengths(as_lengths(valid_lens, "valid_lens"), max_len)
+
+
+def keep_lengths(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+    """:func:`lengths_to_mask` for lengths already checked (an int64 tensor): where a model turns the lengths it
+    validated once into its mask.
+
+    Examples:
+        >>> keep_lengths(torch.tensor([2]), 3)
+        tensor([[ True,  True, False]])
+    """
+    return torch.arange(max_len, device=lengths.device) < lengths.unsqueeze(-1)
 
 
 def causal_mask(n_queries: int, n_keys: int | None = None, device: torch.device | str | None = None, *,
@@ -468,7 +477,7 @@ def padding_mask(valid_lens: object, n_keys: int) -> torch.Tensor:
     lens = as_lengths(valid_lens, "valid_lens", max_len=n_keys)
     if lens.dim() not in (1, 2):
         raise ValueError(f"valid_lens must have shape (batch,) or (batch, n_queries), got {tuple(lens.shape)}")
-    keep = lengths_to_mask(lens, n_keys)  # (B, n_k) or (B, n_q, n_k)
+    keep = keep_lengths(lens, n_keys)  # (B, n_k) or (B, n_q, n_k)
     return keep.unsqueeze(1) if lens.dim() == 1 else keep
 
 

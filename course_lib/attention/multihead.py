@@ -10,7 +10,8 @@ The :math:`h` projections of size :math:`d \times d_h` are stored side by side i
 ``nn.Linear(d, d)`` per role (``W_q, W_k, W_v``), so all heads are computed with one matrix
 product and a reshape. With the notes' sizes (batch 30, 50 tokens, d = 512, 8 heads of 64) the
 queries ``(30, 50, 512)`` become ``(30, 8, 50, 64)``. The attention itself is a kernel
-(:mod:`course_lib.attention.contract`): the module projects, the kernel attends, the module merges.
+(:mod:`course_lib.attention.contract`), chosen by name: the module projects, the kernel attends, the module
+merges.
 
 With ``num_kv_heads`` smaller than ``num_heads`` the keys and values have fewer heads, each shared by
 a group of query heads: grouped-query attention :cite:`ainslie2023`, multi-query attention
@@ -28,7 +29,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._validation import (
-    check_batch_index,
     check_bool,
     check_heads,
     check_heads_inputs,
@@ -37,128 +37,21 @@ from .._validation import (
     check_probability,
     check_qkv,
 )
-from .contract import AttentionKernel, fused_kernel
+from .cache import KVCache
+from .contract import AttentionKernel, check_supported
+from .masks import MaskMod
+from .registry import attention_kernel
 
-__all__ = ["KVCache", "MultiHeadAttention"]
-
-
-class KVCache:
-    """Projected keys and values of the tokens seen so far, for incremental self-attention.
-
-    During greedy or beam decoding the decoder is fed one new token per step; its self-attention
-    needs the keys and values of every earlier token. Recomputing them costs O(T) projections per
-    step; a cache stores them once, so each step projects only the new token. ``MultiHeadAttention``
-    appends to the cache it is given (``forward(..., kv_cache=cache)``). The attention itself still
-    reads all T cached keys at every step.
-
-    Attributes:
-        keys, values: (batch, num_kv_heads, T_past, d_h) or ``None`` while empty.
-
-    Examples:
-        >>> mha, cache = MultiHeadAttention(8, 2).eval(), KVCache()
-        >>> x = torch.randn(1, 3, 8)
-        >>> steps = [mha(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], causal=True, kv_cache=cache) for t in range(3)]
-        >>> len(cache), cache.nbytes, torch.allclose(torch.cat(steps, 1), mha(x, x, x, causal=True), atol=1e-6)
-        (3, 192, True)
-    """
-
-    def __init__(self) -> None:
-        self.keys: torch.Tensor | None = None
-        self.values: torch.Tensor | None = None
-
-    def __len__(self) -> int:
-        """T_past, the number of cached time steps."""
-        return 0 if self.keys is None else self.keys.shape[2]
-
-    def __repr__(self) -> str:
-        shape = None if self.keys is None else tuple(self.keys.shape)
-        return f"KVCache(keys={shape})"
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held: 2 x batch x num_kv_heads x T_past x d_h x bytes per element.
-
-        Examples:
-            >>> cache = KVCache()
-            >>> _ = cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
-            >>> cache.nbytes  # 2 x 1 x 2 x 3 x 4 float32 numbers of 4 bytes
-            192
-        """
-        return 0 if self.keys is None else self.keys.nbytes + self.values.nbytes
-
-    def update(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append the new time steps and return all keys and values so far.
-
-        Args:
-            keys, values: (batch, num_kv_heads, T_new, d_h), the projected new steps.
-
-        Returns:
-            keys, values: (batch, num_kv_heads, T_past + T_new, d_h).
-
-        Examples:
-            >>> cache = KVCache()
-            >>> _ = cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))  # a prompt of 3 steps
-            >>> keys, values = cache.update(torch.ones(1, 2, 1, 4), torch.ones(1, 2, 1, 4))  # one new step
-            >>> keys.shape, len(cache)
-            (torch.Size([1, 2, 4, 4]), 4)
-        """
-        if self.keys is not None:
-            if keys.shape[:2] != self.keys.shape[:2] or keys.shape[3] != self.keys.shape[3]:
-                raise ValueError(
-                    f"kv_cache holds keys of shape {tuple(self.keys.shape)} (batch, num_kv_heads, T_past, d_h) "
-                    f"but the new keys have shape {tuple(keys.shape)}; use one cache per attention layer "
-                    f"and reorder it with the batch"
-                )
-            keys = torch.cat([self.keys, keys], dim=2)
-            values = torch.cat([self.values, values], dim=2)
-        self.keys, self.values = keys, values
-        return keys, values
-
-    def reorder(self, index: torch.Tensor) -> KVCache:
-        """Select batch rows in place (beam search keeps the surviving hypotheses).
-
-        Args:
-            index: (new_batch,) integer indices into the current batch; may repeat rows.
-
-        Returns:
-            ``self``, so that calls can be chained.
-
-        Examples:
-            >>> cache = KVCache()
-            >>> _ = cache.update(torch.arange(2.0).view(2, 1, 1, 1), torch.zeros(2, 1, 1, 1))  # batch of 2
-            >>> cache.reorder(torch.tensor([1, 1, 0])).keys.flatten()  # row 1 twice, then row 0
-            tensor([1., 1., 0.])
-        """
-        if self.keys is None:
-            check_batch_index(index, None)
-            return self
-        index = check_batch_index(index, self.keys.shape[0], self.keys.device)
-        self.keys, self.values = self.keys.index_select(0, index), self.values.index_select(0, index)
-        return self
-
-    def copy(self) -> KVCache:
-        """A new cache sharing this one's tensors: it can grow without changing this one (``update``
-        concatenates into new tensors, never in place).
-
-        Examples:
-            >>> cache = KVCache()
-            >>> _ = cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
-            >>> branch = cache.copy()
-            >>> _ = branch.update(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))
-            >>> len(cache), len(branch)
-            (3, 4)
-        """
-        new = KVCache()
-        new.keys, new.values = self.keys, self.values
-        return new
+__all__ = ["MultiHeadAttention"]
 
 
 class MultiHeadAttention(nn.Module):
     r"""Multi-head scaled dot-product attention with projections ``W_q, W_k, W_v, W_o``: project, attend, merge.
 
     The attention is computed by ``kernel`` (:mod:`course_lib.attention.contract`), by default the fused
-    ``scaled_dot_product_attention``. To keep the weights for plots, record them:
-    ``with course_lib.recording_attention(model): ...`` fills ``attention_weights``.
+    ``scaled_dot_product_attention``; what the kernel does not support (attention dropout for the flash
+    kernel, a query mask for linear attention, ...) is refused before the call. To keep the weights for
+    plots, record them: ``with course_lib.recording_attention(model): ...`` fills ``attention_weights``.
 
     A query that may attend to no key at all pools the zero vector (never NaN), so its output is
     ``W_o``'s bias, or zero when ``bias=False``.
@@ -170,7 +63,8 @@ class MultiHeadAttention(nn.Module):
         bias: give the four projections a bias.
         num_kv_heads: key/value heads (grouped-query attention); ``None`` means ``num_heads``; must
             divide ``num_heads``; 1 is multi-query attention.
-        kernel: the attention computation, an :class:`~course_lib.attention.contract.AttentionKernel`.
+        kernel: the attention computation: a kernel's name (:mod:`course_lib.attention.registry`: ``"fused"``,
+            ``"explicit"``, ``"flash"``, ...) or an :class:`~course_lib.attention.contract.AttentionKernel`.
 
     Attributes:
         record_weights: whether calls keep their weights (set by :func:`course_lib.recording_attention`).
@@ -185,7 +79,7 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, bias: bool = False, *,
-                 num_kv_heads: int | None = None, kernel: AttentionKernel = fused_kernel) -> None:
+                 num_kv_heads: int | None = None, kernel: str | AttentionKernel = "fused") -> None:
         super().__init__()
         self.num_hiddens, self.num_heads = check_positive_int(num_hiddens, "num_hiddens"), num_heads
         self.num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -197,12 +91,12 @@ class MultiHeadAttention(nn.Module):
         self.W_v = nn.Linear(num_hiddens, kv_size, bias=bias)
         self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
         self.dropout = nn.Dropout(check_probability(dropout, "dropout"))
-        self.kernel = _check_kernel(kernel)
+        self.kernel = attention_kernel(kernel)
         self.record_weights = False
         self.attention_weights: torch.Tensor | None = None
 
     def extra_repr(self) -> str:
-        kernel = getattr(self.kernel, "__name__", None) or repr(self.kernel)
+        kernel = repr(self.kernel)
         grouped = f", num_kv_heads={self.num_kv_heads}" if self.num_kv_heads != self.num_heads else ""
         return f"num_hiddens={self.num_hiddens}, num_heads={self.num_heads}{grouped}, kernel={kernel}"
 
@@ -216,7 +110,7 @@ class MultiHeadAttention(nn.Module):
             keys, values: (batch, n_keys, num_hiddens); or leave them out and pass ``kv``.
             mask: optional bool keep-mask, ``True`` = attend: (n_queries, n_keys), (batch, n_queries or
                 1, n_keys) shared by the heads (:func:`course_lib.padding_mask` makes one from lengths),
-                or (batch or 1, num_heads or 1, n_queries, n_keys).
+                or (batch or 1, num_heads or 1, n_queries, n_keys); or a rule, a :class:`MaskMod`.
             causal: query ``i`` sees keys ``j <= i + (n_keys - n_queries)``: the look-ahead mask aligned
                 bottom-right, so it stays right when a cache holds earlier keys.
             kv: keys and values already projected by :meth:`project_kv`, (batch, num_kv_heads, n_keys, d_h)
@@ -241,13 +135,16 @@ class MultiHeadAttention(nn.Module):
                                              num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
                                              dtype=self.W_q.weight.dtype, cached=_cached(kv_cache, queries))
         # Checked before the cache grows, so a bad mask leaves it intact; (B, Tq, Tk) -> (B, 1, Tq, Tk).
-        mask = None if mask is None else check_heads_mask(mask, batch, self.num_heads, n_q, n_k)
+        if mask is not None and not isinstance(mask, MaskMod):
+            mask = check_heads_mask(mask, batch, self.num_heads, n_q, n_k)
+        dropout_p = self.dropout.p if self.training else 0.0
+        check_supported(self.kernel, mask=mask, dropout_p=dropout_p, need_weights=self.record_weights,
+                        grouped=self.num_kv_heads != self.num_heads)
         q, k, v = self._project(queries, keys, values, kv)  # (B, h, Tq, d_h), (B, h_kv, Tk, d_h) x 2
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)
-        out, weights = self.kernel(q, k, v, mask.to(q.device) if mask is not None else None, causal=causal,
-                                   dropout_p=self.dropout.p if self.training else 0.0,
-                                   need_weights=self.record_weights)
+        out, weights = self.kernel(q, k, v, mask.to(q.device) if isinstance(mask, torch.Tensor) else mask,
+                                   causal=causal, dropout_p=dropout_p, need_weights=self.record_weights)
         if self.record_weights:
             self.attention_weights = weights.detach()
         # (B, h, Tq, d_h) -> (B, Tq, h, d_h) -> (B, Tq, d): concatenate the heads.
@@ -306,12 +203,6 @@ def _stacked_linear(x: torch.Tensor, layers: tuple[nn.Linear, ...]) -> torch.Ten
     weight = torch.cat([layer.weight for layer in layers])
     bias = None if layers[0].bias is None else torch.cat([layer.bias for layer in layers])
     return F.linear(x, weight, bias)
-
-
-def _check_kernel(kernel: object) -> AttentionKernel:
-    if not callable(kernel):
-        raise TypeError(f"kernel must be an AttentionKernel (a callable), got {type(kernel).__name__}")
-    return kernel
 
 
 def _cached(kv_cache: object, queries: object) -> int:

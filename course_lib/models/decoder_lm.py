@@ -26,7 +26,7 @@ Hugging Face ``LlamaForCausalLM`` (tested equal). Shapes: ``B`` batch, ``T`` tok
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -42,13 +42,16 @@ from .._validation import (
     check_positive_int,
     check_probability,
     check_real,
-    check_token_id,
     check_tokens,
 )
-from ..attention.contract import AttentionKernel, fused_kernel
+from ..attention.cache import KVCache
+from ..attention.contract import AttentionKernel
 from ..attention.kernels.alibi import ALiBiKernel
 from ..attention.kernels.rotary import RotaryKernel
-from ..attention.multihead import KVCache, MultiHeadAttention
+from ..attention.multihead import MultiHeadAttention
+from ..attention.registry import attention_kernel, check_kernel_fields
+from ..decoding.generation import generate
+from .hf_llama import read_hf_llama
 from .positional import LearnedPositionalEmbedding, PositionalEncoding
 
 __all__ = ["DecoderLM", "DecoderLMBlock", "DecoderLMConfig", "DecoderLMState", "RMSNorm", "SwiGLU",
@@ -164,8 +167,8 @@ class DecoderLMBlock(nn.Module):
         num_heads: query heads; must divide d.
         ffn_num_hiddens: SwiGLU's hidden size (``None``: :func:`swiglu_hidden_size` of d).
         num_kv_heads: key/value heads (grouped-query attention); must divide ``num_heads``.
-        kernel: the attention kernel (where positions enter); ``None`` is ``RotaryKernel()``, RoPE with base
-            10000 (:class:`~course_lib.attention.kernels.rotary.RotaryKernel`).
+        kernel: the attention kernel (where positions enter), or its name; ``None`` is ``RotaryKernel()``, RoPE
+            with base 10000 around the fused kernel (:class:`~course_lib.attention.kernels.rotary.RotaryKernel`).
         norm_eps: the RMSNorms' epsilon.
         dropout: on the attention weights and on each sublayer's output (training mode only).
 
@@ -176,7 +179,7 @@ class DecoderLMBlock(nn.Module):
     """
 
     def __init__(self, num_hiddens: int, num_heads: int, ffn_num_hiddens: int | None = None, *,
-                 num_kv_heads: int | None = None, kernel: AttentionKernel | None = None, norm_eps: float = 1e-6,
+                 num_kv_heads: int | None = None, kernel: str | AttentionKernel | None = None, norm_eps: float = 1e-6,
                  dropout: float = 0.0) -> None:
         super().__init__()
         self.norm1 = RMSNorm(num_hiddens, norm_eps)
@@ -185,6 +188,20 @@ class DecoderLMBlock(nn.Module):
         self.norm2 = RMSNorm(num_hiddens, norm_eps)
         self.ffn = SwiGLU(num_hiddens, ffn_num_hiddens)
         self.dropout = nn.Dropout(dropout)
+
+    @classmethod
+    def from_config(cls, config: DecoderLMConfig) -> DecoderLMBlock:
+        """A block of a :class:`DecoderLM` of this config: its fields passed down by name, the kernel with its
+        positions (:meth:`DecoderLMConfig.attention_kernel`).
+
+        Examples:
+            >>> config = DecoderLMConfig(vocab_size=50, num_hiddens=32, positional="alibi", kernel="flash")
+            >>> DecoderLMBlock.from_config(config).attention.kernel
+            ALiBiKernel(FlashKernel(block_q=128, block_k=128))
+        """
+        return cls(config.num_hiddens, config.num_heads, config.ffn_num_hiddens or swiglu_hidden_size(
+            config.num_hiddens, config.multiple_of), num_kv_heads=config.kv_heads, kernel=config.attention_kernel(),
+            norm_eps=config.norm_eps, dropout=config.dropout)
 
     def forward(self, X: torch.Tensor, mask: torch.Tensor | None = None, *,
                 kv_cache: KVCache | None = None) -> torch.Tensor:
@@ -231,6 +248,9 @@ class DecoderLMConfig:
         dropout: one rate for the attention weights, the sublayer outputs and the embeddings.
         tie_embeddings: the output layer reuses the embedding matrix (GPT-2 and small models do; Llama
             7B does not).
+        kernel: the attention kernel by name (:func:`course_lib.kernel_names`); ``"rotary"`` and ``"alibi"``
+            positions wrap it.
+        kernel_options: its options, plain values (``{"block_q": 64}`` for ``"flash"``).
 
     Raises:
         ValueError or TypeError naming the field: a size that is not a positive int, heads that do not
@@ -259,6 +279,8 @@ class DecoderLMConfig:
     dropout: float = 0.0
     tie_embeddings: bool = False
     max_len: int = 2048
+    kernel: str = "fused"
+    kernel_options: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "num_hiddens", "num_heads", "num_layers", "multiple_of", "max_len"):
@@ -276,6 +298,21 @@ class DecoderLMConfig:
         check_real(self.norm_eps, "norm_eps", greater_than=0.0)
         check_probability(self.dropout, "dropout")
         check_bool(self.tie_embeddings, "tie_embeddings")
+        check_kernel_fields(self.kernel, self.kernel_options)
+
+    def attention_kernel(self) -> AttentionKernel:
+        """The blocks' kernel: ``kernel`` (with ``kernel_options``), wrapped by RoPE or ALiBi for those positions.
+
+        Examples:
+            >>> DecoderLMConfig(vocab_size=10).attention_kernel()
+            RotaryKernel(fused_kernel, base=10000)
+        """
+        inner = attention_kernel(self.kernel, **self.kernel_options)
+        if self.positional == "rotary":
+            return RotaryKernel(inner, base=self.rope_base)
+        if self.positional == "alibi":
+            return ALiBiKernel(inner)
+        return inner
 
     @property
     def kv_heads(self) -> int:
@@ -322,6 +359,20 @@ class DecoderLMState:
         """A state whose caches can grow without touching this one's (the tensors are shared, not copied)."""
         return DecoderLMState([cache.copy() for cache in self.caches])
 
+    def crop(self, length: int) -> DecoderLMState:
+        """Forget every token after the first ``length``, in place (speculative decoding's rejected drafts).
+
+        Examples:
+            >>> model = DecoderLM(DecoderLMConfig(vocab_size=20, num_hiddens=16, num_heads=4)).eval()
+            >>> _, state = model.step(torch.tensor([[1, 5, 7, 3]]))
+            >>> len(state.crop(2)), torch.allclose(model.step(torch.tensor([[9]]), state)[0][:, 0],
+            ...                                    model(torch.tensor([[1, 5, 9]]))[:, 2], atol=1e-5)
+            (2, True)
+        """
+        for cache in self.caches:
+            cache.crop(length)
+        return self
+
     def index_select(self, index: torch.Tensor) -> DecoderLMState:
         """A state with the batch rows ``index`` (B',): reordered, dropped or repeated (beam search)."""
         index = check_batch_index(index, self.batch_size)
@@ -363,13 +414,7 @@ class DecoderLM(nn.Module):
         self.embedding = nn.Embedding(c.vocab_size, c.num_hiddens)
         self.positions = _added_positions(c)  # None: the positions act inside attention, or not at all
         self.dropout = nn.Dropout(c.dropout)
-        kernel = _kernel(c)
-        self.blocks = nn.ModuleList(
-            DecoderLMBlock(c.num_hiddens, c.num_heads, c.ffn_num_hiddens or swiglu_hidden_size(c.num_hiddens,
-                                                                                                c.multiple_of),
-                           num_kv_heads=c.kv_heads, kernel=kernel, norm_eps=c.norm_eps, dropout=c.dropout)
-            for _ in range(c.num_layers)
-        )
+        self.blocks = nn.ModuleList(DecoderLMBlock.from_config(c) for _ in range(c.num_layers))
         self.norm = RMSNorm(c.num_hiddens, c.norm_eps)
         self.lm_head = nn.Linear(c.num_hiddens, c.vocab_size, bias=False)
         self._init_weights()
@@ -435,6 +480,35 @@ class DecoderLM(nn.Module):
         """The state before the first token: an empty cache per block."""
         return DecoderLMState([KVCache() for _ in self.blocks])
 
+    @property
+    def vocab_size(self) -> int:
+        """V, the vocabulary size (``config.vocab_size``)."""
+        return self.config.vocab_size
+
+    def step_(self, tokens: torch.Tensor, state: DecoderLMState) -> torch.Tensor:
+        """:meth:`step` in place: feed the next token(s), appending their keys and values to ``state``.
+
+        What a decoding loop calls (:func:`course_lib.decoding.generation.generate`): no copy of the state, and
+        the tokens' values are not checked again (their shape is).
+
+        Args:
+            tokens: (B, T_new) ids of the positions ``len(state) .. len(state) + T_new - 1``.
+            state: a :class:`DecoderLMState` of this model, changed in place.
+
+        Returns:
+            (B, T_new, V) logits.
+
+        Examples:
+            >>> model = DecoderLM(DecoderLMConfig(vocab_size=20, num_hiddens=16, num_heads=4)).eval()
+            >>> state = model.init_state()
+            >>> logits = model.step_(torch.tensor([[1, 5, 7]]), state)
+            >>> logits.shape, len(state)
+            (torch.Size([1, 3, 20]), 3)
+        """
+        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
+            raise ValueError(f"tokens must be a (batch, T_new) tensor, got {getattr(tokens, 'shape', tokens)}")
+        return self._run(tokens, state.caches)
+
     def _run(self, tokens: torch.Tensor, caches: list[KVCache] | None) -> torch.Tensor:
         """The stack itself, for checked tokens; appends to ``caches`` when given."""
         X = self.embedding(tokens)  # (B, T, d)
@@ -461,23 +535,11 @@ class DecoderLM(nn.Module):
     def generate(self, tokens: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
                  top_k: int | None = None, generator: torch.Generator | None = None,
                  eos_id: int | None = None) -> torch.Tensor:
-        r"""Continue each sequence token by token, with a key/value cache (each step runs one position).
+        r"""Continue each sequence token by token, with a key/value cache (:mod:`course_lib.decoding.generation`).
 
-        Each new token is drawn from :math:`\operatorname{softmax}(\mathbf z / \tau)` over the ``top_k``
-        largest logits :math:`\mathbf z`; :math:`\tau = 0` is the limit, greedy decoding (the argmax).
-
-        Args:
-            tokens: (B, T) the prompts, ``torch.long`` (all of length T).
-            max_new_tokens: how many tokens to add.
-            temperature: :math:`\tau \ge 0`; 0 is greedy.
-            top_k: sample among the ``top_k`` most likely tokens only (``None``: all).
-            generator: the ``torch.Generator`` the draws use (``None``: torch's global one).
-            eos_id: a sequence stops after this token: it is repeated after it, and generation ends when
-                every sequence has stopped.
-
-        Returns:
-            (B, T + n) the prompts and their continuations, n <= ``max_new_tokens`` (smaller only when
-            every sequence stopped at ``eos_id``).
+        Greedy (``temperature=0``) or sampled from :math:`\operatorname{softmax}(\mathbf z / \tau)` over the
+        ``top_k`` largest logits. Args and returns: as :func:`course_lib.decoding.generation.generate` with this
+        model; the prompt and its continuation must fit ``config.max_len`` when positions are added vectors.
 
         Examples:
             >>> model = DecoderLM(DecoderLMConfig(vocab_size=20, num_hiddens=16, num_heads=4)).eval()
@@ -488,40 +550,20 @@ class DecoderLM(nn.Module):
         """
         self._check_tokens(tokens, "tokens")
         check_non_negative_int(max_new_tokens, "max_new_tokens")
-        temperature = check_real(temperature, "temperature", at_least=0.0)
-        if top_k is not None:
-            check_positive_int(top_k, "top_k")
-        if generator is not None and not isinstance(generator, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-        if eos_id is not None:
-            check_token_id(eos_id, "eos_id", self.config.vocab_size)
         self._check_max_len(tokens.shape[1] + max_new_tokens - 1)  # the last new token is never fed back
-        out, caches = [tokens], self.init_state().caches
-        done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
-        step_input = tokens
-        for _ in range(max_new_tokens):
-            logits = self._run(step_input, caches)[:, -1]  # (B, V): the next token's logits
-            step_input = _choose(logits, temperature, top_k, generator)[:, None]  # (B, 1)
-            if eos_id is not None:
-                step_input = step_input.masked_fill(done[:, None], eos_id)
-                done = done | (step_input[:, 0] == eos_id)
-            out.append(step_input)
-            if eos_id is not None and bool(done.all()):
-                break
-        return torch.cat(out, dim=1)
+        return generate(self, tokens, max_new_tokens, temperature=temperature, top_k=top_k, generator=generator,
+                        eos_id=eos_id)
 
     @classmethod
     def from_hf_llama(cls, model: nn.Module) -> DecoderLM:
         """A :class:`DecoderLM` with the configuration and a copy of the weights of a Hugging Face Llama.
 
-        The configuration is read from ``model.config``: sizes, heads and key/value heads, the RoPE base
-        (``rope_parameters["rope_theta"]``), the RMSNorm epsilon and whether the embeddings are tied.
+        The configuration and the weights are read by :func:`course_lib.models.hf_llama.read_hf_llama`;
         ``forward(tokens)`` then returns the logits of ``model(tokens).logits``, and the model is on the
-        device and in the dtype of ``model``'s parameters. ``course_lib`` does not import
-        ``transformers``: the model is read through its attributes.
+        device and in the dtype of ``model``'s parameters. ``course_lib`` does not import ``transformers``.
 
         Args:
-            model: a ``transformers.LlamaForCausalLM`` (built from a config, or loaded from weights you have).
+            model: a ``transformers.LlamaForCausalLM``.
 
         Returns:
             a :class:`DecoderLM` in evaluation mode.
@@ -536,42 +578,12 @@ class DecoderLM(nn.Module):
             >>> tokens = torch.tensor([[3, 1, 4, 1, 5]])
             >>> torch.allclose(model(tokens), hf(tokens).logits, atol=1e-5)
             True
-
-        Raises:
-            TypeError: ``model`` is not a Llama causal language model.
-            ValueError: a feature this architecture does not have: RoPE scaling (``rope_type`` other
-                than ``"default"``, as Llama 3.1's), biases, an activation other than SiLU, or a head size
-                other than ``hidden_size / num_attention_heads``.
         """
-        hf = getattr(model, "config", None)
-        if getattr(hf, "model_type", None) != "llama" or not hasattr(model, "lm_head") or not hasattr(model, "model"):
-            raise TypeError(f"model must be a transformers LlamaForCausalLM, got {type(model).__name__}")
-        config = DecoderLMConfig(
-            vocab_size=hf.vocab_size, num_hiddens=hf.hidden_size, num_heads=hf.num_attention_heads,
-            num_kv_heads=hf.num_key_value_heads or hf.num_attention_heads, num_layers=hf.num_hidden_layers,
-            ffn_num_hiddens=hf.intermediate_size, rope_base=_hf_rope_base(hf), norm_eps=float(hf.rms_norm_eps),
-            tie_embeddings=bool(getattr(hf, "tie_word_embeddings", False)))
-        head_dim = getattr(hf, "head_dim", None) or config.head_size
-        if head_dim != config.head_size:
-            raise ValueError(f"the model's head_dim ({head_dim}) differs from hidden_size / num_attention_heads "
-                             f"({config.head_size}); DecoderLM has d_h = d / h")
-        if getattr(hf, "hidden_act", "silu") != "silu":
-            raise ValueError(f"DecoderLM's SwiGLU uses SiLU, the model uses hidden_act={hf.hidden_act!r}")
-        if getattr(hf, "attention_bias", False) or getattr(hf, "mlp_bias", False):
-            raise ValueError("DecoderLM has no biases, the model has attention_bias or mlp_bias set")
+        fields, weights = read_hf_llama(model)
         parameter = next(model.parameters())
-        lm = cls(config).to(device=parameter.device, dtype=parameter.dtype)
-        lm.load_state_dict(_hf_state_dict(model, config))
+        lm = cls(DecoderLMConfig(**fields)).to(device=parameter.device, dtype=parameter.dtype)
+        lm.load_state_dict(weights)
         return lm.eval()
-
-
-def _kernel(config: DecoderLMConfig) -> AttentionKernel:
-    """The attention kernel of ``config.positional``: positions act inside attention, or not at all."""
-    if config.positional == "rotary":
-        return RotaryKernel(fused_kernel, base=config.rope_base)
-    if config.positional == "alibi":
-        return ALiBiKernel()
-    return fused_kernel
 
 
 def _added_positions(config: DecoderLMConfig) -> PositionalEncoding | LearnedPositionalEmbedding | None:
@@ -587,39 +599,3 @@ def _added_positions(config: DecoderLMConfig) -> PositionalEncoding | LearnedPos
     if config.positional == "learned":
         return LearnedPositionalEmbedding(config.num_hiddens, 0.0, config.max_len)  # drawn in _init_weights
     return None
-
-
-def _choose(logits: torch.Tensor, temperature: float, top_k: int | None,
-            generator: torch.Generator | None) -> torch.Tensor:
-    """(B, V) logits -> (B,) tokens: the argmax (temperature 0), or a draw among the top_k."""
-    if temperature == 0.0:
-        return logits.argmax(dim=-1)
-    logits = logits / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1) the k-th largest logit
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)[:, 0]
-
-
-def _hf_rope_base(hf: object) -> float:
-    """The RoPE base of a Hugging Face Llama config (transformers 5's ``rope_parameters``, or 4's fields)."""
-    params = getattr(hf, "rope_parameters", None) or getattr(hf, "rope_scaling", None) or {}
-    rope_type = params.get("rope_type", params.get("type", "default"))
-    if rope_type != "default":
-        raise ValueError(f"the model uses RoPE scaling rope_type={rope_type!r}; DecoderLM implements the "
-                         f"original RoPE (rope_type 'default') only")
-    return float(params.get("rope_theta", getattr(hf, "rope_theta", 10000.0)))
-
-
-def _hf_state_dict(model: nn.Module, config: DecoderLMConfig) -> dict[str, torch.Tensor]:
-    """The Hugging Face Llama's weights under DecoderLM's names (the same matrices: both use rotate-half RoPE)."""
-    hf = model.model
-    state = {"embedding.weight": hf.embed_tokens.weight, "norm.weight": hf.norm.weight,
-             "lm_head.weight": hf.embed_tokens.weight if config.tie_embeddings else model.lm_head.weight}
-    for i, layer in enumerate(hf.layers):
-        names = {"norm1": layer.input_layernorm, "norm2": layer.post_attention_layernorm,
-                 "attention.W_q": layer.self_attn.q_proj, "attention.W_k": layer.self_attn.k_proj,
-                 "attention.W_v": layer.self_attn.v_proj, "attention.W_o": layer.self_attn.o_proj,
-                 "ffn.W_gate": layer.mlp.gate_proj, "ffn.W_up": layer.mlp.up_proj, "ffn.W_down": layer.mlp.down_proj}
-        state.update({f"blocks.{i}.{name}.weight": module.weight for name, module in names.items()})
-    return {name: tensor.detach() for name, tensor in state.items()}

@@ -28,6 +28,11 @@ of an attention layer have fewer heads, each shared by ``num_heads / num_kv_head
 self- and cross-attention, whose keys and values a decoding step reads from memory, and not to the
 encoder, which runs once per source in parallel (as Ainslie et al. 2023 do for T5).
 
+The attention kernel is named in the config (``TransformerConfig(kernel="flash")``, any name of
+:mod:`course_lib.attention.registry`) and passed down to every block, which builds its attention with it;
+``cross_kernel`` may give the cross-attention another one (chapter 9 keeps it dense under a sparse
+self-attention). A checkpoint stores the names, so a model comes back with the kernel it was trained with.
+
 Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``d`` = ``num_hiddens``,
 ``h`` heads, ``h_kv`` key/value heads, ``V`` target vocabulary size.
 """
@@ -35,7 +40,7 @@ Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``d`` = ``num_hid
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -54,8 +59,11 @@ from .._validation import (
     check_tensor,
     check_tokens,
 )
-from ..attention.masks import padding_mask
-from ..attention.multihead import KVCache, MultiHeadAttention
+from ..attention.cache import KVCache
+from ..attention.contract import AttentionKernel
+from ..attention.masks import keep_lengths
+from ..attention.multihead import MultiHeadAttention
+from ..attention.registry import attention_kernel, check_kernel_fields
 from .positional import LearnedPositionalEmbedding, PositionalEncoding
 
 __all__ = [
@@ -183,6 +191,7 @@ class TransformerEncoderBlock(nn.Module):
         bias: give the attention projections a bias (``torch.nn.MultiheadAttention`` has one).
         num_kv_heads: key/value heads of the attention (grouped-query attention); ``None`` means
             ``num_heads``; must divide ``num_heads``.
+        kernel: the attention kernel or its name (:mod:`course_lib.attention.registry`).
 
     Examples:
         >>> block = TransformerEncoderBlock(num_hiddens=8, ffn_num_hiddens=16, num_heads=2)
@@ -190,13 +199,27 @@ class TransformerEncoderBlock(nn.Module):
         torch.Size([2, 5, 8])
     """
 
-    def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float = 0.0,
-                 norm_first: bool = False, bias: bool = True, *, num_kv_heads: int | None = None) -> None:
+    def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, *, dropout: float = 0.0,
+                 norm_first: bool = False, bias: bool = True, num_kv_heads: int | None = None,
+                 kernel: str | AttentionKernel = "fused") -> None:
         super().__init__()
-        self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias, num_kv_heads=num_kv_heads)
+        self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias, num_kv_heads=num_kv_heads,
+                                            kernel=kernel)
         self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first)
         self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, dropout)
         self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first)
+
+    @classmethod
+    def from_config(cls, config: TransformerConfig) -> TransformerEncoderBlock:
+        """An encoder block of a :class:`Transformer` of this config: its fields passed down by name.
+
+        Examples:
+            >>> config = TransformerConfig(10, 12, num_hiddens=8, ffn_num_hiddens=16, num_heads=2, kernel="flash")
+            >>> TransformerEncoderBlock.from_config(config).attention.kernel
+            FlashKernel(block_q=128, block_k=128)
+        """
+        return cls(config.num_hiddens, config.ffn_num_hiddens, config.num_heads, dropout=config.dropout,
+                   norm_first=config.norm_first, kernel=config.attention_kernel())
 
     def forward(self, X: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Encode one layer.
@@ -246,22 +269,12 @@ class _Embedder(nn.Module):
         return self.pos_encoding(self.embedding(tokens) * self.scale, offset)
 
 
-def _check_stack_args(vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_layers: int,
-                      dropout: float, max_len: int, pad_id: int, num_kv_heads: int | None) -> None:
-    """Validation shared by the encoder and the decoder constructors."""
-    for name, value in (("vocab_size", vocab_size), ("num_hiddens", num_hiddens),
-                        ("ffn_num_hiddens", ffn_num_hiddens), ("num_heads", num_heads),
-                        ("num_layers", num_layers), ("max_len", max_len)):
-        check_positive_int(value, name)
-    check_probability(dropout, "dropout")
-    check_heads(num_hiddens, num_heads, num_heads if num_kv_heads is None else num_kv_heads)
-    check_pad_id(pad_id, vocab_size)
-
-
-def _src_lens(src_valid_lens: object, x: torch.Tensor, what: str) -> torch.Tensor:
-    """Validate (B,) source lengths for ``x`` of shape (B, S, ...) named ``what``; int64 on ``x``'s device."""
-    return as_lengths(src_valid_lens, "src_valid_lens", max_len=x.shape[1], shape=(x.shape[0],),
+def _src_mask(src_valid_lens: object, x: torch.Tensor, what: str) -> torch.Tensor:
+    """The (B, 1, S) keep-mask of (B,) source lengths for ``x`` of shape (B, S, ...) named ``what``: the lengths
+    are checked here, once per call, and become the mask every block reads."""
+    lens = as_lengths(src_valid_lens, "src_valid_lens", max_len=x.shape[1], shape=(x.shape[0],),
                       what=f"{what} of shape {tuple(x.shape)}", device=x.device)
+    return keep_lengths(lens, x.shape[1]).unsqueeze(1)
 
 
 def _check_memory(memory: object, tokens: torch.Tensor, num_hiddens: int) -> None:
@@ -272,26 +285,37 @@ def _check_memory(memory: object, tokens: torch.Tensor, num_hiddens: int) -> Non
                          f"{tuple(tokens.shape)}, got {tuple(memory.shape)}")
 
 
+def _check_stack_args(vocab_size: object, num_layers: object, pad_id: object) -> None:
+    """The arguments a stack names otherwise than :class:`TransformerConfig` does, checked under the stack's names
+    (the config built from them checks the rest)."""
+    check_positive_int(vocab_size, "vocab_size")
+    check_positive_int(num_layers, "num_layers")
+    check_pad_id(pad_id, vocab_size)
+
+
 class _Stack(nn.Module):
-    """What the encoder and the decoder share: the embedder, ``num_layers`` blocks and the final norm."""
+    """What the encoder and the decoder share: the embedder, ``num_layers`` blocks and the final norm.
+
+    Built from a :class:`TransformerConfig` (:meth:`from_config`, as :class:`Transformer` builds its two
+    stacks); the keyword constructor of a stack used on its own makes that config (validated there, once).
+    """
 
     block_class: type[nn.Module]
 
-    def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_layers: int,
-                 dropout: float = 0.0, max_len: int = 1000, norm_first: bool = False,
-                 positional: Literal["sinusoidal", "learned"] = "sinusoidal", pad_id: int = 0, *,
-                 num_kv_heads: int | None = None) -> None:
-        super().__init__()
-        _check_stack_args(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers, dropout, max_len, pad_id,
-                          num_kv_heads)
-        self.num_hiddens = num_hiddens
-        self.vocab_size = vocab_size
-        self.embed = _Embedder(vocab_size, num_hiddens, dropout, max_len, positional, pad_id)
-        self.blocks = nn.ModuleList(
-            self.block_class(num_hiddens, ffn_num_hiddens, num_heads, dropout, norm_first, num_kv_heads=num_kv_heads)
-            for _ in range(num_layers)
-        )
-        self.norm = nn.LayerNorm(num_hiddens) if norm_first else nn.Identity()
+    @classmethod
+    def from_config(cls, config: TransformerConfig) -> _Stack:
+        """The encoder (or decoder) of a :class:`Transformer` of this config."""
+        stack = cls.__new__(cls)
+        nn.Module.__init__(stack)
+        stack._build(config)
+        return stack
+
+    def _build(self, config: TransformerConfig) -> None:
+        self.num_hiddens, self.vocab_size = config.num_hiddens, self._vocab_size(config)
+        self.embed = _Embedder(self.vocab_size, config.num_hiddens, config.dropout, config.max_len, config.positional,
+                               config.pad_id)
+        self.blocks = nn.ModuleList(self.block_class.from_config(config) for _ in range(self._num_layers(config)))
+        self.norm = nn.LayerNorm(config.num_hiddens) if config.norm_first else nn.Identity()
 
 
 class TransformerEncoder(_Stack):
@@ -304,7 +328,7 @@ class TransformerEncoder(_Stack):
         norm_first: pre-norm blocks and a final layer norm (``self.norm``; identity for post-norm).
         positional: ``"sinusoidal"`` (fixed) or ``"learned"``.
         pad_id: id of ``<pad>``.
-        num_kv_heads: key/value heads of every block's attention (``None``: ``num_heads``).
+        kernel, kernel_options: the blocks' attention kernel, by name (:mod:`course_lib.attention.registry`).
 
     Examples:
         >>> encoder = TransformerEncoder(10, num_hiddens=8, ffn_num_hiddens=16, num_heads=2, num_layers=2)
@@ -313,6 +337,25 @@ class TransformerEncoder(_Stack):
     """
 
     block_class = TransformerEncoderBlock
+
+    def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_layers: int, *,
+                 dropout: float = 0.0, max_len: int = 1000, norm_first: bool = False,
+                 positional: Literal["sinusoidal", "learned"] = "sinusoidal", pad_id: int = 0, kernel: str = "fused",
+                 kernel_options: dict | None = None) -> None:
+        super().__init__()
+        _check_stack_args(vocab_size, num_layers, pad_id)
+        self._build(TransformerConfig(
+            vocab_size, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_enc_layers=num_layers, dropout=dropout,
+            max_len=max_len, norm_first=norm_first, positional=positional, pad_id=pad_id, kernel=kernel,
+            kernel_options=kernel_options or {}))
+
+    @staticmethod
+    def _vocab_size(config: TransformerConfig) -> int:
+        return config.src_vocab_size
+
+    @staticmethod
+    def _num_layers(config: TransformerConfig) -> int:
+        return config.num_enc_layers
 
     def forward(self, src: torch.Tensor, src_valid_lens: torch.Tensor | None = None) -> torch.Tensor:
         """Encode the source.
@@ -326,7 +369,7 @@ class TransformerEncoder(_Stack):
             (B, S, d) the memory the decoder attends to.
         """
         check_tokens(src, "src", "(batch, S)", self.vocab_size)
-        mask = None if src_valid_lens is None else padding_mask(_src_lens(src_valid_lens, src, "src"), src.shape[1])
+        mask = None if src_valid_lens is None else _src_mask(src_valid_lens, src, "src")
         return self._encode(src, mask)
 
     def _encode(self, src: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -341,7 +384,7 @@ class TransformerDecoderBlock(nn.Module):
     """Masked self-attention, cross-attention to the encoder, then the FFN, each inside an :class:`AddNorm`.
 
     Args: as :class:`TransformerEncoderBlock` (the two attentions get the same sizes, ``num_kv_heads``
-    included).
+    included), and ``cross_kernel``: the cross-attention's kernel or its name (default: ``kernel``).
 
     Examples:
         >>> block = TransformerDecoderBlock(num_hiddens=8, ffn_num_hiddens=16, num_heads=2).eval()
@@ -351,16 +394,32 @@ class TransformerDecoderBlock(nn.Module):
         (torch.Size([2, 4, 8]), True)
     """
 
-    def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float = 0.0,
-                 norm_first: bool = False, bias: bool = True, *, num_kv_heads: int | None = None) -> None:
+    def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, *, dropout: float = 0.0,
+                 norm_first: bool = False, bias: bool = True, num_kv_heads: int | None = None,
+                 kernel: str | AttentionKernel = "fused", cross_kernel: str | AttentionKernel | None = None) -> None:
         super().__init__()
-        self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias, num_kv_heads=num_kv_heads)
+        self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias, num_kv_heads=num_kv_heads,
+                                                 kernel=kernel)
         self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first)
-        self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias,
-                                                  num_kv_heads=num_kv_heads)
+        self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias, num_kv_heads=num_kv_heads,
+                                                  kernel=kernel if cross_kernel is None else cross_kernel)
         self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first)
         self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, dropout)
         self.addnorm3 = AddNorm(num_hiddens, dropout, norm_first)
+
+    @classmethod
+    def from_config(cls, config: TransformerConfig) -> TransformerDecoderBlock:
+        """A decoder block of a :class:`Transformer` of this config: its fields passed down by name.
+
+        Examples:
+            >>> config = TransformerConfig(10, 12, num_hiddens=8, num_heads=2, num_kv_heads=1, kernel="explicit")
+            >>> block = TransformerDecoderBlock.from_config(config)
+            >>> block.self_attention.num_kv_heads, block.cross_attention.kernel
+            (1, explicit_kernel)
+        """
+        return cls(config.num_hiddens, config.ffn_num_hiddens, config.num_heads, dropout=config.dropout,
+                   norm_first=config.norm_first, num_kv_heads=config.num_kv_heads, kernel=config.attention_kernel(),
+                   cross_kernel=config.cross_attention_kernel())
 
     def forward(self, X: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Decode one layer for all target positions at once (teacher forcing).
@@ -469,6 +528,7 @@ class TransformerDecoder(_Stack):
         pad_id: id of ``<pad>``.
         num_kv_heads: key/value heads of every block's self- and cross-attention (``None``: ``num_heads``);
             the caches then hold ``num_kv_heads`` heads.
+        kernel, kernel_options, cross_kernel: the attention kernels, by name (as :class:`TransformerConfig`).
 
     Examples:
         >>> decoder = TransformerDecoder(12, num_hiddens=8, ffn_num_hiddens=16, num_heads=2, num_layers=2)
@@ -479,14 +539,30 @@ class TransformerDecoder(_Stack):
 
     block_class = TransformerDecoderBlock
 
-    def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_layers: int,
+    def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_layers: int, *,
                  dropout: float = 0.0, max_len: int = 1000, norm_first: bool = False,
-                 positional: Literal["sinusoidal", "learned"] = "sinusoidal", pad_id: int = 0, *,
-                 num_kv_heads: int | None = None) -> None:
-        super().__init__(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_layers, dropout, max_len,
-                         norm_first, positional, pad_id, num_kv_heads=num_kv_heads)
+                 positional: Literal["sinusoidal", "learned"] = "sinusoidal", pad_id: int = 0,
+                 num_kv_heads: int | None = None, kernel: str = "fused", kernel_options: dict | None = None,
+                 cross_kernel: str | None = None) -> None:
+        super().__init__()
+        _check_stack_args(vocab_size, num_layers, pad_id)
+        self._build(TransformerConfig(
+            vocab_size, vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_dec_layers=num_layers, dropout=dropout,
+            max_len=max_len, norm_first=norm_first, positional=positional, pad_id=pad_id, num_kv_heads=num_kv_heads,
+            kernel=kernel, kernel_options=kernel_options or {}, cross_kernel=cross_kernel))
+
+    def _build(self, config: TransformerConfig) -> None:
+        super()._build(config)
         # No weight tying: source and target vocabularies differ in general.
-        self.dense = nn.Linear(num_hiddens, vocab_size)
+        self.dense = nn.Linear(config.num_hiddens, config.tgt_vocab_size)
+
+    @staticmethod
+    def _vocab_size(config: TransformerConfig) -> int:
+        return config.tgt_vocab_size
+
+    @staticmethod
+    def _num_layers(config: TransformerConfig) -> int:
+        return config.num_dec_layers
 
     def forward(self, tgt_in: torch.Tensor, memory: torch.Tensor,
                 src_valid_lens: torch.Tensor | None = None) -> torch.Tensor:
@@ -502,9 +578,7 @@ class TransformerDecoder(_Stack):
         """
         check_tokens(tgt_in, "tgt_in", "(batch, T)", self.vocab_size)
         _check_memory(memory, tgt_in, self.num_hiddens)
-        mask = None
-        if src_valid_lens is not None:
-            mask = padding_mask(_src_lens(src_valid_lens, memory, "memory"), memory.shape[1])
+        mask = None if src_valid_lens is None else _src_mask(src_valid_lens, memory, "memory")
         return self._decode(tgt_in, memory, mask)
 
     def _decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None) -> torch.Tensor:
@@ -570,6 +644,12 @@ class TransformerConfig:
             :cite:`ainslie2023`; 1 is multi-query attention, :cite:`shazeer2019`); ``None`` means
             ``num_heads``; must divide ``num_heads``. The encoder keeps ``num_heads`` key/value heads: it
             runs once per source, while every decoding step reads the decoder's keys and values.
+        kernel: the attention kernel of every attention layer, by name (:func:`course_lib.kernel_names`:
+            ``"fused"``, ``"explicit"``, ``"flash"``, ``"linear"``, ``"sparse"``, ...).
+        kernel_options: the kernel's options (``{"block_q": 64}`` for ``"flash"``; plain values, so that a
+            checkpoint stores them).
+        cross_kernel: the decoder's cross-attention kernel by name, with its default options; ``None``: the
+            same as ``kernel`` (chapter 9 keeps cross-attention ``"fused"`` under a sparse self-attention).
 
     Raises:
         ValueError: a size is not positive, ``num_hiddens % num_heads != 0``, ``num_kv_heads`` does not
@@ -604,6 +684,9 @@ class TransformerConfig:
     positional: Literal["sinusoidal", "learned"] = "sinusoidal"
     pad_id: int = 0
     num_kv_heads: int | None = None
+    kernel: str = "fused"
+    kernel_options: dict = field(default_factory=dict)
+    cross_kernel: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "num_hiddens", "ffn_num_hiddens", "num_heads",
@@ -616,6 +699,15 @@ class TransformerConfig:
         if self.positional not in ("sinusoidal", "learned"):
             raise ValueError(f'positional must be "sinusoidal" or "learned", got {self.positional!r}')
         check_pad_id(self.pad_id, self.src_vocab_size, self.tgt_vocab_size)
+        check_kernel_fields(self.kernel, self.kernel_options, self.cross_kernel)
+
+    def attention_kernel(self) -> AttentionKernel:
+        """The kernel ``kernel`` and ``kernel_options`` name (:func:`course_lib.attention_kernel`)."""
+        return attention_kernel(self.kernel, **self.kernel_options)
+
+    def cross_attention_kernel(self) -> AttentionKernel:
+        """The cross-attention's kernel: ``cross_kernel``, or :meth:`attention_kernel` when it is ``None``."""
+        return self.attention_kernel() if self.cross_kernel is None else attention_kernel(self.cross_kernel)
 
 
 class Transformer(nn.Module):
@@ -645,12 +737,8 @@ class Transformer(nn.Module):
         if not isinstance(config, TransformerConfig):
             raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
         self.config = config
-        c = config
-        self.encoder = TransformerEncoder(c.src_vocab_size, c.num_hiddens, c.ffn_num_hiddens, c.num_heads,
-                                          c.num_enc_layers, c.dropout, c.max_len, c.norm_first, c.positional, c.pad_id)
-        self.decoder = TransformerDecoder(c.tgt_vocab_size, c.num_hiddens, c.ffn_num_hiddens, c.num_heads,
-                                          c.num_dec_layers, c.dropout, c.max_len, c.norm_first, c.positional, c.pad_id,
-                                          num_kv_heads=c.num_kv_heads)
+        self.encoder = TransformerEncoder.from_config(config)
+        self.decoder = TransformerDecoder.from_config(config)
 
     def forward(self, src: torch.Tensor, src_valid_lens: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: the logits of every next target token.
@@ -671,7 +759,7 @@ class Transformer(nn.Module):
         self._check_length(tgt_in.shape[1], "tgt_in")
         check_tokens(src, "src", "(batch, S)", self.config.src_vocab_size)
         self._check_length(src.shape[1], "src")
-        mask = padding_mask(_src_lens(src_valid_lens, src, "src"), src.shape[1])  # padding enters once
+        mask = _src_mask(src_valid_lens, src, "src")  # (B, 1, S): the lengths are checked and become a mask once
         return self.decoder._decode(tgt_in, self.encoder._encode(src, mask), mask)
 
     def encode(self, src: torch.Tensor, src_valid_lens: torch.Tensor) -> torch.Tensor:
@@ -692,7 +780,7 @@ class Transformer(nn.Module):
         check_ndim(memory, "memory", 3, "(batch, S, num_hiddens)")
         if memory.shape[2] != self.config.num_hiddens:
             raise ValueError(f"memory must have shape (batch, S, {self.config.num_hiddens}), got {tuple(memory.shape)}")
-        mask = padding_mask(_src_lens(src_valid_lens, memory, "memory"), memory.shape[1])
+        mask = _src_mask(src_valid_lens, memory, "memory")
         return self.decoder.init_state(memory, mask)
 
     def decode_step(self, tokens: torch.Tensor,

@@ -19,6 +19,10 @@ right with a key/value cache.
 Softmax is invariant to adding a constant to a row: Hugging Face's BLOOM adds :math:`m_h j`, which
 differs from :math:`-m_h (i - j)` by :math:`m_h i`, the same for every key of row :math:`i`, and gives
 the same attention weights.
+
+The bias is a score modifier (:func:`alibi_mod`, a :class:`~course_lib.attention.score_mods.ScoreMod`), so
+ALiBi is not a kernel of its own: :class:`ALiBiKernel` hands it to any kernel that takes score modifiers
+(fused, explicit, flash), which adds it where it forms the scores.
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 from ..._validation import check_non_negative_int, check_positive_int
-from ..contract import keep_mask
-from ..masks import softmax_with_keep
+from ..contract import AttentionKernel, Capabilities, check_kernel
+from ..masks import MaskMod
+from ..score_mods import ScoreMod
+from .fused import fused_kernel
 
-__all__ = ["ALiBiKernel", "alibi_bias", "alibi_slopes"]
+__all__ = ["ALiBiKernel", "alibi_bias", "alibi_mod", "alibi_slopes"]
 
 
 def _slopes(n: int) -> list[float]:
@@ -66,9 +71,33 @@ def alibi_slopes(num_heads: int, *, dtype: torch.dtype = torch.float32,
     return torch.tensor(_slopes(num_heads), dtype=dtype, device=device)
 
 
+def alibi_mod(num_heads: int) -> ScoreMod:
+    r"""ALiBi's bias as a score modifier: :math:`-m_h |q_{pos} - kv_{pos}|` for head ``h`` (the slopes of
+    :func:`alibi_slopes`), computed in float64 and cast to the scores' dtype by the kernel.
+
+    Args:
+        num_heads: :math:`n`, the query heads.
+
+    Returns:
+        A :class:`~course_lib.attention.score_mods.ScoreMod`.
+
+    Examples:
+        >>> alibi_mod(2).materialize(1, 3, heads=2, dtype=torch.float32)[0, :, 0]  # slopes 1/16 and 1/256
+        tensor([[-0.1250, -0.0625,  0.0000],
+                [-0.0078, -0.0039,  0.0000]])
+    """
+    slopes = torch.tensor(_slopes(check_positive_int(num_heads, "num_heads")), dtype=torch.float64)
+
+    def bias(b: torch.Tensor, h: torch.Tensor, q_pos: torch.Tensor, kv_pos: torch.Tensor) -> torch.Tensor:
+        distance = (q_pos - kv_pos).abs().to(torch.float64)
+        return 0.0 - slopes.to(distance.device)[h] * distance  # 0 - x: no -0.0 on the diagonal
+
+    return ScoreMod(bias, f"alibi({num_heads})")
+
+
 def alibi_bias(num_heads: int, n_queries: int, n_keys: int, *, dtype: torch.dtype = torch.float32,
                device: torch.device | str | None = None) -> torch.Tensor:
-    r"""The additive ALiBi bias :math:`-m_h |i - j|` of every head, query and key.
+    r"""The additive ALiBi bias :math:`-m_h |i - j|` of every head, query and key (:func:`alibi_mod`, materialised).
 
     Add it to the scaled scores before the softmax. A constant added to a row changes nothing (softmax
     is shift invariant), which is why other forms of the bias (BLOOM's :math:`m_h j`) give the same
@@ -94,22 +123,22 @@ def alibi_bias(num_heads: int, n_queries: int, n_keys: int, *, dtype: torch.dtyp
     num_heads = check_positive_int(num_heads, "num_heads")
     check_non_negative_int(n_queries, "n_queries")
     check_non_negative_int(n_keys, "n_keys")
-    slopes = alibi_slopes(num_heads, dtype=torch.float64, device=device)
-    q_pos = torch.arange(n_keys - n_queries, n_keys, dtype=torch.float64, device=device)
-    k_pos = torch.arange(n_keys, dtype=torch.float64, device=device)
-    distance = (q_pos[:, None] - k_pos[None, :]).abs()  # (n_q, n_k)
-    return (0.0 - slopes[:, None, None] * distance).to(dtype)  # (H, n_q, n_k); 0 - x: no -0.0 on the diagonal
+    return alibi_mod(num_heads).materialize(n_queries, n_keys, heads=num_heads, dtype=dtype, device=device)[0]
 
 
 class ALiBiKernel:
-    r"""Attention with ALiBi's linear biases: softmax(QKᵀ/√d + bias) V, the bias of :func:`alibi_bias`.
+    r"""ALiBi's linear biases around another kernel, softmax(QKᵀ/√d + bias) V (registered as ``"alibi"``).
 
-    An :class:`~course_lib.attention.contract.AttentionKernel`: ``MultiHeadAttention(d, h,
-    kernel=ALiBiKernel())`` needs no position embedding. The slopes follow the number of query heads
-    (with grouped-query attention each query head keeps its own slope). Without ``need_weights`` the
-    bias, with :math:`-\infty` where the keep-mask forbids a key, is ``scaled_dot_product_attention``'s
-    float ``attn_mask``; with it, the scores are formed explicitly. A query that may see no key outputs
-    zeros. The queries and keys must be 4-D, (B, H, n, d).
+    ``MultiHeadAttention(d, h, kernel=ALiBiKernel())`` needs no position embedding. The bias is
+    :func:`alibi_mod` of the call's query heads (with grouped-query attention each query head keeps its
+    own slope), added to the call's own score modifier if any, and the inner kernel applies it: the fused
+    kernel as ``scaled_dot_product_attention``'s float mask, the explicit kernel on its score matrix, the
+    flash kernel tile by tile. A query that may see no key outputs zeros. The queries and keys must have a
+    head axis, (B, H, n, d).
+
+    Args:
+        inner: the kernel that attends (default the fused kernel; by name, ``attention_kernel("alibi",
+            inner="flash")``); it must take score modifiers.
 
     Examples:
         >>> mha = MultiHeadAttention(16, 4, kernel=ALiBiKernel())
@@ -117,44 +146,42 @@ class ALiBiKernel:
         >>> mha(x, x, x, causal=True).shape
         torch.Size([2, 5, 16])
         >>> q, k, v = torch.zeros(1, 8, 1, 2), torch.zeros(1, 8, 3, 2), torch.randn(1, 8, 3, 1)
-        >>> out, weights = ALiBiKernel()(q, k, v, need_weights=True)  # equal scores: the bias alone decides
+        >>> out, weights = ALiBiKernel(explicit_kernel)(q, k, v, need_weights=True)  # the bias decides
         >>> weights[0, 0]  # head 0 of 8 has the slope 1/2: softmax(-1, -1/2, 0)
         tensor([[0.1863, 0.3072, 0.5065]])
+        >>> flash = ALiBiKernel(FlashKernel())(q, k, v)[0]  # the same biases, added tile by tile
+        >>> torch.allclose(flash, out, atol=1e-6)
+        True
     """
 
-    def __repr__(self) -> str:
-        return "ALiBiKernel()"
+    name = "alibi"
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, *,
-                 causal: bool = False, dropout_p: float = 0.0, scale: float | None = None,
+    def __init__(self, inner: AttentionKernel = fused_kernel) -> None:
+        self.inner = check_kernel(inner, "inner")
+        if not self.inner.supports.score_mods:
+            raise ValueError(f"ALiBi adds its biases as a score modifier, and the {self.inner.name!r} kernel does "
+                             f"not support score modifiers; use a softmax kernel (fused, explicit, flash)")
+        self._mods: dict[int, ScoreMod] = {}
+
+    @property
+    def supports(self) -> Capabilities:
+        """What the inner kernel supports."""
+        return self.inner.supports
+
+    def __repr__(self) -> str:
+        return f"ALiBiKernel({self.inner!r})"
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 mask: torch.Tensor | MaskMod | None = None, *, causal: bool = False, dropout_p: float = 0.0,
+                 scale: float | None = None, score_mod: ScoreMod | None = None,
                  need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Args and returns: see :mod:`course_lib.attention.contract`; q (B, H, n_q, d), k and v 4-D too."""
         if q.dim() != 4 or k.dim() != 4:
             raise ValueError(f"ALiBiKernel needs queries and keys with a head axis, (B, H, n, d); got queries "
                              f"{tuple(q.shape)} and keys {tuple(k.shape)}")
-        heads, n_q, n_k = q.shape[1], q.shape[2], k.shape[2]
-        bias = alibi_bias(heads, n_q, n_k, dtype=q.dtype, device=q.device)  # (H, n_q, n_k)
-        keep = keep_mask(mask, causal, n_q, n_k, q.device)
-        if need_weights:
-            return _explicit(q, k, v, bias, keep, dropout_p, scale)
-        options = {"dropout_p": dropout_p, "scale": scale}
-        if heads != k.shape[1]:
-            options["enable_gqa"] = True
-        if keep is None:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, **options), None
-        # A query with no key would get a row of -inf (NaN): let it see every key, then zero its output.
-        row_ok = keep.any(dim=-1, keepdim=True)
-        attn_mask = torch.where(keep | ~row_ok, bias, float("-inf"))
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, **options) * row_ok, None
-
-
-def _explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, keep: torch.Tensor | None,
-              dropout_p: float, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The scores written out, for the weights: (B, H, n_q, d_v) and (B, H, n_q, n_k)."""
-    if q.shape[1] != k.shape[1]:  # grouped-query heads: each key/value head serves its group
-        k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    scores = (q @ k.transpose(-2, -1)) * scale + bias  # (B, H, n_q, n_k)
-    weights = torch.softmax(scores, dim=-1) if keep is None else softmax_with_keep(scores, keep)
-    dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
-    return dropped @ v, weights
+        heads = q.shape[1]
+        if heads not in self._mods:
+            self._mods[heads] = alibi_mod(heads)
+        alibi = self._mods[heads] if score_mod is None else score_mod + self._mods[heads]
+        return self.inner(q, k, v, mask, causal=causal, dropout_p=dropout_p, scale=scale, score_mod=alibi,
+                          need_weights=need_weights)

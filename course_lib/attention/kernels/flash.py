@@ -43,7 +43,6 @@ import math
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from ..._validation import (
@@ -55,7 +54,10 @@ from ..._validation import (
     check_positive_int,
     check_qkv,
 )
-from ..contract import explicit_kernel
+from ..contract import Capabilities, as_heads, from_heads, kv_groups, repeat_kv
+from ..masks import MaskMod, causal_mod, query_offset
+from ..score_mods import ScoreMod
+from .explicit import explicit_kernel
 
 __all__ = ["FlashIO", "FlashKernel", "OnlineSoftmax", "flash_attention", "flash_io", "flash_tile_map",
            "online_softmax"]
@@ -150,45 +152,31 @@ def _blocks(n: int, size: int) -> list[tuple[int, int]]:
     return [(start, min(start + size, n)) for start in range(0, n, size)]
 
 
-def _as_2d(mask: torch.Tensor) -> torch.Tensor:
-    """A keep-mask broadcastable to (..., n_q, n_k) with its leading axes folded: (lead, n_q or 1, n_k or 1)."""
-    mask = mask.reshape((1,) * max(0, 2 - mask.dim()) + tuple(mask.shape))
-    return mask.reshape(-1, *mask.shape[-2:])
+def _rule(mask: torch.Tensor | MaskMod | None, causal: bool, n_q: int, n_k: int) -> MaskMod | None:
+    """The call's mask and look-ahead rule as one rule (``None`` when every pair is kept): tiles read rules."""
+    rule = MaskMod.from_keep(mask, n_q, n_k) if isinstance(mask, torch.Tensor) else mask
+    if causal:
+        rule = causal_mod() if rule is None else rule & causal_mod()
+    return rule
 
 
-def _tile_states(mask: torch.Tensor | None, causal: bool, n_q: int, n_k: int, block_q: int,
+def _tile_states(rule: MaskMod | None, lead: tuple[int, ...], n_q: int, n_k: int, block_q: int,
                  block_k: int) -> torch.Tensor:
-    """The plan (n_query_blocks, n_key_blocks) of SKIPPED / PARTIAL / FULL, for checked arguments.
+    """The plan (n_query_blocks, n_key_blocks) of SKIPPED / PARTIAL / FULL, from the rule's block lists.
 
-    A pair is kept when the mask keeps it for *some* batch row and head (tiles are shared by all of them)
-    and the causal rule allows it; a tile is FULL when every pair is kept for every batch row and head.
-    Built one query block at a time: O(block_q * n_k) memory, never (n_q, n_k).
+    A tile is computed when some batch row and head keeps some pair of it (tiles are shared by all of
+    them), and needs no mask when every pair is kept for every batch row and head.
     """
-    q_blocks, k_blocks = _blocks(n_q, block_q), _blocks(n_k, block_k)
-    states = torch.full((len(q_blocks), len(k_blocks)), FULL, dtype=torch.int8)
-    if (mask is None and not causal) or states.numel() == 0:
-        return states
-    if mask is not None:
-        folded = _as_2d(mask).cpu()
-        some, every = folded.any(0), folded.all(0)  # (n_q or 1, n_k or 1)
-    key_pos = torch.arange(n_k)
-    pad_k = -n_k % block_k
-    for i, (q0, q1) in enumerate(q_blocks):
-        some_i = every_i = torch.ones(1, n_k, dtype=torch.bool)
-        if causal:  # query r sits at key position r + n_k - n_q (bottom-right)
-            some_i = every_i = key_pos <= torch.arange(q0, q1)[:, None] + (n_k - n_q)  # (rows, n_k)
-        if mask is not None:
-            rows = slice(q0, q1) if some.shape[0] > 1 else slice(None)
-            some_i, every_i = some_i & some[rows], every_i & every[rows]
-        # Pad the keys to whole blocks: False for "some", True for "every", so the padding changes neither.
-        some_t = F.pad(some_i, (0, pad_k), value=False).unflatten(-1, (-1, block_k)).any(-1).any(0)
-        every_t = F.pad(every_i, (0, pad_k), value=True).unflatten(-1, (-1, block_k)).all(-1).all(0)
-        states[i] = some_t.to(torch.int8) + (some_t & every_t).to(torch.int8)
-    return states
+    n_qb, n_kb = -(-n_q // block_q), -(-n_k // block_k)
+    if rule is None or n_qb * n_kb == 0:
+        return torch.full((n_qb, n_kb), FULL, dtype=torch.int8)
+    some, every = rule.blocks(n_q, n_k, block_q, block_k, batch=lead[0] if lead else None,
+                              heads=lead[1] if len(lead) > 1 else None)
+    return (some.to(torch.int8) + (some & every).to(torch.int8)).cpu()
 
 
 def flash_tile_map(n_queries: int, n_keys: int, block_q: int = 128, block_k: int = 128,
-                   mask: torch.Tensor | None = None, *, causal: bool = False) -> torch.Tensor:
+                   mask: torch.Tensor | MaskMod | None = None, *, causal: bool = False) -> torch.Tensor:
     """Which (query block, key block) tiles :func:`flash_attention` computes, and which need a mask.
 
     A tile is skipped (0) when no query of its block may see any key of its block, for every batch row
@@ -199,8 +187,9 @@ def flash_tile_map(n_queries: int, n_keys: int, block_q: int = 128, block_k: int
     Args:
         n_queries, n_keys: the lengths.
         block_q, block_k: the block sizes, >= 1.
-        mask: optional bool keep-mask broadcastable to (..., n_queries, n_keys), ``True`` = attend; its
-            leading (batch, head) axes are reduced: a tile is skipped only if it is empty for all of them.
+        mask: optional bool keep-mask broadcastable to (batch, heads, n_queries, n_keys), ``True`` = attend,
+            or a :class:`~course_lib.attention.masks.MaskMod`; the batch and head axes are reduced: a tile is
+            skipped only if it is empty for all of them.
         causal: the bottom-right aligned look-ahead rule (query ``i`` sees keys ``j <= i + n_keys - n_queries``).
 
     Returns:
@@ -216,9 +205,14 @@ def flash_tile_map(n_queries: int, n_keys: int, block_q: int = 128, block_k: int
     n_keys = check_non_negative_int(n_keys, "n_keys")
     block_q, block_k = check_positive_int(block_q, "block_q"), check_positive_int(block_k, "block_k")
     check_bool(causal, "causal")
-    if mask is not None:
+    lead: tuple[int, ...] = ()
+    if mask is not None and not isinstance(mask, MaskMod):
         check_keep_mask(mask, (*getattr(mask, "shape", ())[:-2], n_queries, n_keys))
-    return _tile_states(mask, causal, n_queries, n_keys, block_q, block_k)
+        mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape)) if mask.dim() < 4 else mask
+        if mask.dim() > 4:  # more leading axes than (batch, heads): fold them into the batch
+            mask = mask.flatten(0, -4)
+        lead = tuple(mask.shape[:2])
+    return _tile_states(_rule(mask, causal, n_queries, n_keys), lead, n_queries, n_keys, block_q, block_k)
 
 
 class FlashIO(NamedTuple):
@@ -296,20 +290,6 @@ def flash_io(n_queries: int, n_keys: int, d: int, block_q: int = 128, block_k: i
                    standard=standard)
 
 
-def _tile_keep(mask: torch.Tensor | None, causal: bool, offset: int, q0: int, q1: int, k0: int, k1: int,
-               device: torch.device) -> torch.Tensor:
-    """The keep-mask of one tile, broadcastable to (..., q1 - q0, k1 - k0)."""
-    keep = None
-    if mask is not None:
-        keep = mask[..., q0:q1, :] if mask.shape[-2] > 1 else mask
-        keep = keep[..., k0:k1] if mask.shape[-1] > 1 else keep
-    if causal:
-        look_ahead = (torch.arange(k0, k1, device=device)
-                      <= torch.arange(q0, q1, device=device)[:, None] + offset)  # (rows, cols)
-        keep = look_ahead if keep is None else keep & look_ahead
-    return keep
-
-
 def _schedule(states: torch.Tensor) -> tuple[list[list[tuple[int, bool]]], list[list[tuple[int, bool]]]]:
     """The plan as loops: per query block, its (key block, needs a mask); and per key block, its query blocks."""
     rows: list[list[tuple[int, bool]]] = [[] for _ in range(states.shape[0])]
@@ -327,12 +307,35 @@ def _work_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-def _flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
-                   scale: float, block_q: int, block_k: int, rows: list[list[tuple[int, bool]]]
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+class _Tiles(NamedTuple):
+    """What every tile of one call shares: the rule and the modifier, evaluated at each tile's positions."""
+
+    rule: MaskMod | None
+    score_mod: ScoreMod | None
+    lead: tuple[int, ...]
+    offset: int  # the key position of query 0 (bottom-right: query_offset)
+
+    def scores(self, q_i: torch.Tensor, k_j: torch.Tensor, rows: tuple[int, int], cols: tuple[int, int],
+               partial: bool) -> torch.Tensor:
+        """One tile of scores, q_i (..., Bq, d) already scaled: modified, and -inf where the rule forbids."""
+        s = q_i @ k_j.transpose(-2, -1)  # (..., Bq, Bk)
+        if self.score_mod is None and not partial:
+            return s
+        # The tile's positions only: no (n,) position vector is kept for the whole call.
+        q_pos = torch.arange(rows[0] + self.offset, rows[1] + self.offset, device=s.device)
+        kv_pos = torch.arange(cols[0], cols[1], device=s.device)
+        if self.score_mod is not None:
+            s = s + self.score_mod.evaluate(self.lead, q_pos, kv_pos, s.dtype)
+        if partial:
+            s = s.masked_fill(~self.rule.evaluate(self.lead, q_pos, kv_pos), -math.inf)
+        return s
+
+
+def _flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tiles: _Tiles, scale: float, block_q: int,
+                   block_k: int, rows: list[list[tuple[int, bool]]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Output (..., n_q, d_v) and log-sum-exp (..., n_q) of checked (..., n, d) inputs whose leading axes broadcast."""
     n_q, n_k, work = q.shape[-2], k.shape[-2], _work_dtype(q.dtype)
-    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], () if mask is None else mask.shape[:-2])
+    lead = tiles.lead
     out = q.new_zeros(*lead, n_q, v.shape[-1])
     lse = torch.full((*lead, n_q), -math.inf, dtype=work, device=q.device)
     key_blocks = _blocks(n_k, block_k)
@@ -345,9 +348,7 @@ def _flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
         acc = torch.zeros(*lead, q1 - q0, v.shape[-1], dtype=work, device=q.device)  # unnormalised output
         for j, partial in row:
             k0, k1 = key_blocks[j]
-            s = q_i @ k[..., k0:k1, :].to(work).transpose(-2, -1)  # (..., Bq, Bk): one tile of scores
-            if partial:
-                s = s.masked_fill(~_tile_keep(mask, causal, n_k - n_q, q0, q1, k0, k1, q.device), -math.inf)
+            s = tiles.scores(q_i, k[..., k0:k1, :].to(work), (q0, q1), (k0, k1), partial)  # (..., Bq, Bk)
             m_new = torch.maximum(m, s.amax(-1))
             shift = _finite_shift(m_new)
             p = torch.exp(s - shift[..., None])  # 0 at the masked pairs
@@ -362,8 +363,8 @@ def _flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
 
 
 def _flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-                    d_out: torch.Tensor | None, d_lse: torch.Tensor | None, mask: torch.Tensor | None,
-                    causal: bool, scale: float, block_q: int, block_k: int, cols: list[list[tuple[int, bool]]]
+                    d_out: torch.Tensor | None, d_lse: torch.Tensor | None, tiles: _Tiles, scale: float,
+                    block_q: int, block_k: int, cols: list[list[tuple[int, bool]]]
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv by recomputation: each tile's weights are rebuilt from q, k and the log-sum-exp."""
     n_q, n_k, work = q.shape[-2], k.shape[-2], _work_dtype(q.dtype)
@@ -385,16 +386,14 @@ def _flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torc
         for i, partial in col:
             q0, q1 = query_blocks[i]
             q_i = q[..., q0:q1, :].to(work) * scale
-            s = q_i @ k_j.transpose(-2, -1)  # (..., Bq, Bk), recomputed
-            if partial:
-                s = s.masked_fill(~_tile_keep(mask, causal, n_k - n_q, q0, q1, k0, k1, q.device), -math.inf)
+            s = tiles.scores(q_i, k_j, (q0, q1), (k0, k1), partial)  # (..., Bq, Bk), recomputed
             p = torch.exp(s - lse[..., q0:q1, None])  # the weights, exactly as the forward pass normalised them
             do_i = d_out[..., q0:q1, :]
             dv_j = dv_j + p.transpose(-2, -1) @ do_i
             ds = p * (do_i @ v_j.transpose(-2, -1) - delta[..., q0:q1, None])  # dS = P o (dP - D)
             dq[..., q0:q1, :] += (ds @ k_j) * scale
             dk_j = dk_j + ds.transpose(-2, -1) @ q_i
-        # Grouped or broadcast keys served several query heads (batch rows): their gradients add up.
+        # Keys broadcast over several batch rows served them all: their gradients add up.
         dk[..., k0:k1, :] = dk_j.sum_to_size(k_j.shape)
         dv[..., k0:k1, :] = dv_j.sum_to_size(v_j.shape)
     return dq.sum_to_size(q.shape).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
@@ -404,43 +403,43 @@ class _FlashAttention(torch.autograd.Function):
     """The tiled forward pass; the backward pass recomputes each tile from q, k, v, the output and the lse."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, causal, scale, block_q, block_k):  # noqa: D102
-        states = _tile_states(mask, causal, q.shape[-2], k.shape[-2], block_q, block_k)
-        rows, cols = _schedule(states)
-        out, lse = _flash_forward(q, k, v, mask, causal, scale, block_q, block_k, rows)
+    def forward(ctx, q, k, v, rule, score_mod, scale, block_q, block_k):  # noqa: D102
+        n_q, n_k = q.shape[-2], k.shape[-2]
+        lead = tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]))
+        tiles = _Tiles(rule, score_mod, lead, query_offset(n_q, n_k))
+        rows, cols = _schedule(_tile_states(rule, lead, n_q, n_k, block_q, block_k))
+        out, lse = _flash_forward(q, k, v, tiles, scale, block_q, block_k, rows)
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(q, k, v, mask, out, lse)  # no n_q x n_k tensor is kept
-        ctx.options = (causal, scale, block_q, block_k, cols)
+        ctx.save_for_backward(q, k, v, out, lse)  # no n_q x n_k tensor is kept
+        ctx.options = (tiles, scale, block_q, block_k, cols)
         return out, lse
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_out, d_lse):  # noqa: D102
-        q, k, v, mask, out, lse = ctx.saved_tensors
-        causal, scale, block_q, block_k, cols = ctx.options
+        q, k, v, out, lse = ctx.saved_tensors
+        tiles, scale, block_q, block_k, cols = ctx.options
         if d_out is None and d_lse is None:
             return (None,) * 8
-        dq, dk, dv = _flash_backward(q, k, v, out, lse, d_out, d_lse, mask, causal, scale, block_q, block_k, cols)
+        dq, dk, dv = _flash_backward(q, k, v, out, lse, d_out, d_lse, tiles, scale, block_q, block_k, cols)
         return dq, dk, dv, None, None, None, None, None
 
 
-def _grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
-             ) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Grouped-query heads as a broadcast: q (B, H, n, d) -> (B, H_kv, G, n, d), k and v (B, H_kv, 1, n, d)."""
-    if q.dim() != 4 or k.dim() != 4 or q.shape[1] == k.shape[1]:
-        return 1, q, k, v, mask
-    groups = q.shape[1] // k.shape[1]
-    q = q.unflatten(1, (k.shape[1], groups))
-    k, v = k.unsqueeze(2), v.unsqueeze(2)
-    if mask is not None:
-        mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))  # (B or 1, H or 1, n_q, n_k)
-        mask = mask.unflatten(1, (k.shape[1], groups)) if mask.shape[1] > 1 else mask.unsqueeze(1)
-    return groups, q, k, v, mask
+def _tiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | MaskMod | None, causal: bool,
+           scale: float | None, score_mod: ScoreMod | None, block_q: int,
+           block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output and lse of (B, H, n, d) inputs (or more leading axes): the one call of the tiled computation."""
+    groups = kv_groups(q, k)
+    k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # (B, H, n_k, d): head i reads k/v head i // G
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    rule = _rule(mask, causal, q.shape[-2], k.shape[-2])
+    return _FlashAttention.apply(q, k, v, rule, score_mod, scale, block_q, block_k)
 
 
-def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, *,
-                    causal: bool = False, block_q: int = 128, block_k: int = 128, return_lse: bool = False,
-                    scale: float | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | MaskMod | None = None,
+                    *, causal: bool = False, block_q: int = 128, block_k: int = 128, return_lse: bool = False,
+                    scale: float | None = None,
+                    score_mod: ScoreMod | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     r"""Softmax attention computed tile by tile with the online softmax (FlashAttention, forward and backward).
 
     Equal to ``scaled_dot_product_attention(q, k, v, mask)`` up to rounding, without the
@@ -449,12 +448,13 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
     the saved output and log-sum-exp.
 
     Args:
-        q: (..., n_q, d) queries.
+        q: (..., n_q, d) queries; with heads, (B, H, n_q, d).
         k: (..., n_k, d) keys; leading axes broadcast with ``q``'s, and 4-D keys (B, H_kv, n_k, d) may have
             fewer heads than the queries (B, H, n_q, d) when ``H_kv`` divides ``H`` (grouped-query
             attention: query head ``h`` reads key/value head ``h // (H / H_kv)``).
         v: (..., n_k, d_v) values, laid out as ``k``.
-        mask: optional bool keep-mask broadcastable to (..., n_q, n_k), ``True`` = attend.
+        mask: optional bool keep-mask broadcastable to (..., n_q, n_k), or a
+            :class:`~course_lib.attention.masks.MaskMod` (evaluated tile by tile); ``True`` = attend.
         causal: the look-ahead rule aligned bottom-right (query ``i`` sees the keys ``j <= i + n_k - n_q``),
             and-ed with ``mask``.
         block_q, block_k: rows of a query block and of a key/value block, >= 1; they need not divide the
@@ -463,6 +463,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
             64 on a CPU at n = 4096) for a little more memory (one (block_q, block_k) tile of scores).
         return_lse: also return the log-sum-exp of each query's scores.
         scale: the factor of the scores (default :math:`1/\sqrt d`).
+        score_mod: an additive :class:`~course_lib.attention.score_mods.ScoreMod`, added tile by tile.
 
     Returns:
         The output (..., n_q, d_v), and with ``return_lse`` the pair ``(output, lse)`` with ``lse``
@@ -487,33 +488,37 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
     if q.dim() == k.dim() == 4:
         k_lead[1] = q.shape[1]  # grouped-query heads: each key/value head serves a group of query heads
     lead = torch.broadcast_shapes(q.shape[:-2], tuple(k_lead))
-    if mask is not None:
+    if mask is not None and not isinstance(mask, MaskMod):
         check_keep_mask(mask, (*lead, n_q, n_k))
+        mask = mask.to(q.device)
     check_bool(causal, "causal")
     check_bool(return_lse, "return_lse")
     block_q, block_k = check_positive_int(block_q, "block_q"), check_positive_int(block_k, "block_k")
     if scale is not None:
         check_positive(scale, "scale")
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    groups, q_g, k_g, v_g, mask_g = _grouped(q, k, v, None if mask is None else mask.to(q.device))
-    out, lse = _FlashAttention.apply(q_g, k_g, v_g, mask_g, causal, scale, block_q, block_k)
-    if groups > 1:  # (B, H_kv, G, n_q, ...) -> (B, H, n_q, ...)
-        out, lse = out.flatten(1, 2), lse.flatten(1, 2)
-    return (out, lse) if return_lse else out
+    if score_mod is not None and not isinstance(score_mod, ScoreMod):
+        raise TypeError(f"score_mod must be a ScoreMod or None, got {type(score_mod).__name__}")
+    q, k, v, mask, layout = as_heads(q, k, v, mask)
+    out, lse = _tiled(q, k, v, mask, causal, scale, score_mod, block_q, block_k)
+    out = from_heads(out, layout)
+    return (out, from_heads(lse.unsqueeze(-1), layout).squeeze(-1)) if return_lse else out
 
 
 class FlashKernel:
-    """:func:`flash_attention` as an attention kernel (:mod:`course_lib.attention.contract`).
+    """:func:`flash_attention` as an attention kernel (registered as ``"flash"``): the contract of
+    :mod:`course_lib.attention.contract`, tile by tile.
 
-    ``MultiHeadAttention(d, h, kernel=FlashKernel(64, 64))`` computes its attention tile by tile, with the
-    same result as the default fused kernel (tested). Two cases are handed elsewhere or refused:
+    ``MultiHeadAttention(d, h, kernel="flash")`` computes its attention tile by tile, with the same result
+    as the default fused kernel (tested). Masks, rules and score modifiers (ALiBi's) are evaluated tile by
+    tile, and tiles a rule empties are skipped. Two cases are handed elsewhere or refused:
 
     - ``need_weights`` (recording the weights for a plot): the weights are the (n_q, n_k) matrix this
-      kernel exists to avoid, so the call goes to :func:`~course_lib.explicit_kernel`, whose output
-      equals this kernel's up to rounding;
-    - ``dropout_p > 0`` is refused with a ``ValueError``: FlashAttention drops weights inside each tile and
-      regenerates the same random mask in the backward pass from the random generator's saved state;
-      reproducing that tile by tile is beside this chapter's point (use dropout 0, or ``.eval()``).
+      kernel exists to avoid, so the call goes to the explicit kernel, whose output equals this kernel's
+      up to rounding;
+    - attention dropout is not supported (``supports.dropout`` is ``False``; refused before the call):
+      FlashAttention drops weights inside each tile and regenerates the same random mask in the backward
+      pass from the random generator's saved state; reproducing that tile by tile is beside this chapter's
+      point (use dropout 0, or ``.eval()``).
 
     Args:
         block_q, block_k: the block sizes of :func:`flash_attention`.
@@ -527,6 +532,9 @@ class FlashKernel:
         True
     """
 
+    name = "flash"
+    supports = Capabilities(dropout=False)
+
     def __init__(self, block_q: int = 128, block_k: int = 128) -> None:
         self.block_q = check_positive_int(block_q, "block_q")
         self.block_k = check_positive_int(block_k, "block_k")
@@ -534,15 +542,12 @@ class FlashKernel:
     def __repr__(self) -> str:
         return f"FlashKernel(block_q={self.block_q}, block_k={self.block_k})"
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, *,
-                 causal: bool = False, dropout_p: float = 0.0, scale: float | None = None,
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 mask: torch.Tensor | MaskMod | None = None, *, causal: bool = False, dropout_p: float = 0.0,
+                 scale: float | None = None, score_mod: ScoreMod | None = None,
                  need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if dropout_p > 0:
-            raise ValueError(f"FlashKernel does not implement attention dropout, got dropout_p={dropout_p}: build "
-                             f"the module with dropout=0, or call .eval() (see FlashKernel's docstring)")
+        """Args and returns: see :mod:`course_lib.attention.contract` (``dropout_p`` must be 0)."""
         if need_weights:
-            return explicit_kernel(q, k, v, mask, causal=causal, scale=scale, need_weights=True)
-        groups, q, k, v, mask = _grouped(q, k, v, mask)
-        scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-        out, _ = _FlashAttention.apply(q, k, v, mask, causal, scale, self.block_q, self.block_k)
-        return (out.flatten(1, 2) if groups > 1 else out), None
+            return explicit_kernel(q, k, v, mask, causal=causal, scale=scale, score_mod=score_mod)
+        out, _ = _tiled(q, k, v, mask, causal, scale, score_mod, self.block_q, self.block_k)
+        return out, None

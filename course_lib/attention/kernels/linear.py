@@ -41,7 +41,9 @@ from ..._validation import (
     check_positive_int,
     check_qkv,
 )
-from ..contract import keep_mask
+from ..contract import Capabilities, check_supported, kv_groups, repeat_kv
+from ..masks import MaskMod, keep_mask, query_offset
+from ..score_mods import ScoreMod
 
 __all__ = ["LINEAR_ATTENTION_MODES", "LinearAttentionState", "LinearKernel", "elu_feature_map",
            "feature_map_kernel", "linear_attention", "linear_attention_step", "nadaraya_watson_attention"]
@@ -260,8 +262,8 @@ def _chunked(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, causal: bool,
 def _linear(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
             feature_map: FeatureMap | None, mode: str, chunk_size: int) -> torch.Tensor:
     """Linear attention on checked inputs; ``mask`` a key mask (..., 1, n_k) or None."""
-    if q.dim() == k.dim() == 4 and q.shape[1] != k.shape[1]:  # grouped-query heads: repeat the key/value heads
-        k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
+    groups = kv_groups(q, k)
+    k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # grouped-query heads: one key/value head per query head
     phi = elu_feature_map if feature_map is None else feature_map
     fq, fk = phi(q), phi(k)  # (..., n, d_phi)
     if mask is not None:  # a padded key gets zero features: it adds nothing to S or z
@@ -269,7 +271,7 @@ def _linear(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     n_q, n_k = q.shape[-2], k.shape[-2]
     front = 0
     if causal and n_q != n_k:  # align bottom-right by zero rows in front: query i sits at key i + n_k - n_q
-        front = n_k - n_q
+        front = query_offset(n_q, n_k)
         if front > 0:
             fq = F.pad(fq, (0, 0, front, 0))
         else:
@@ -344,14 +346,15 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
 
 
 class LinearKernel:
-    """:func:`linear_attention` as an attention kernel (:mod:`course_lib.attention.contract`).
+    """:func:`linear_attention` as an attention kernel (registered as ``"linear"``).
 
-    ``MultiHeadAttention(d, h, kernel=LinearKernel())`` replaces each head's softmax by the feature-map
-    kernel. Padding enters as in :func:`linear_attention`: the mask must mark keys only (broadcastable to
-    (B, H, 1, n_keys), as :func:`course_lib.padding_mask` gives), and padded keys get zero features; a mask
-    with a query axis is refused with a ``ValueError``. ``need_weights`` forms the (n_q, n_k) weights with
-    :func:`nadaraya_watson_attention` (same output up to rounding). Refused: ``dropout_p > 0`` (there are
-    no weights to drop in the O(n) form) and a ``scale`` (the feature map has no score scale).
+    ``MultiHeadAttention(d, h, kernel="linear")`` replaces each head's softmax by the feature-map kernel.
+    What it declares it cannot do (:class:`~course_lib.attention.contract.Capabilities`) is refused before
+    it runs: masks with a query axis (padding enters as zero features of the padded keys, so the mask must
+    mark keys only, broadcastable to (B, H, 1, n_keys), as :func:`course_lib.padding_mask` gives),
+    attention dropout (there are no weights to drop in the O(n) form), a ``scale`` (the feature map has no
+    score scale) and score modifiers. ``need_weights`` forms the (n_q, n_k) weights with
+    :func:`nadaraya_watson_attention` (same output up to rounding).
 
     Args:
         feature_map, mode, chunk_size: as in :func:`linear_attention`.
@@ -364,6 +367,9 @@ class LinearKernel:
         (torch.Size([2, 7, 16]), True)
     """
 
+    name = "linear"
+    supports = Capabilities(dropout=False, query_masks=False, score_mods=False, scale=False)
+
     def __init__(self, feature_map: FeatureMap | None = None, mode: str = "parallel", chunk_size: int = 64) -> None:
         self.feature_map = None if feature_map is None else _check_feature_map(feature_map)
         self.mode = check_choice(mode, "mode", LINEAR_ATTENTION_MODES)
@@ -373,19 +379,15 @@ class LinearKernel:
         phi = "elu+1" if self.feature_map is None else getattr(self.feature_map, "__name__", repr(self.feature_map))
         return f"LinearKernel(feature_map={phi}, mode={self.mode!r}, chunk_size={self.chunk_size})"
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, *,
-                 causal: bool = False, dropout_p: float = 0.0, scale: float | None = None,
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 mask: torch.Tensor | MaskMod | None = None, *, causal: bool = False, dropout_p: float = 0.0,
+                 scale: float | None = None, score_mod: ScoreMod | None = None,
                  need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if dropout_p > 0:
-            raise ValueError(f"LinearKernel has no attention weights to drop, got dropout_p={dropout_p}: build the "
-                             f"module with dropout=0, or call .eval()")
-        if scale is not None:
-            raise ValueError(f"LinearKernel has no score scale (phi(q).phi(k) is not a scaled dot product), got "
-                             f"scale={scale}")
-        if mask is not None:
-            check_key_mask(mask, "LinearKernel")
+        """Args and returns: see :mod:`course_lib.attention.contract` (a key mask only; no dropout, scale or
+        score modifier)."""
+        check_supported(self, mask=mask, dropout_p=dropout_p, scale=scale, score_mod=score_mod)
         if need_weights:
-            if q.dim() == k.dim() == 4 and q.shape[1] != k.shape[1]:
-                k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
-            return nadaraya_watson_attention(q, k, v, feature_map_kernel(self.feature_map), mask, causal=causal)
+            groups = kv_groups(q, k)
+            return nadaraya_watson_attention(q, repeat_kv(k, groups), repeat_kv(v, groups),
+                                             feature_map_kernel(self.feature_map), mask, causal=causal)
         return _linear(q, k, v, mask, causal, self.feature_map, self.mode, self.chunk_size), None

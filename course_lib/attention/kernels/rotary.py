@@ -32,7 +32,10 @@ from __future__ import annotations
 import torch
 
 from ..._validation import check_bool, check_even, check_floating, check_positions, check_real
-from ..contract import AttentionKernel, fused_kernel
+from ..contract import AttentionKernel, Capabilities, check_kernel
+from ..masks import MaskMod, query_offset
+from ..score_mods import ScoreMod
+from .fused import fused_kernel
 
 __all__ = ["RotaryKernel", "rotary_embedding", "rotary_frequencies", "rotary_permutation"]
 
@@ -159,18 +162,18 @@ def rotary_embedding(x: torch.Tensor, positions: torch.Tensor | None = None, *, 
 class RotaryKernel:
     r"""Attention with rotary positions: rotate the queries and keys by their positions, then attend with ``inner``.
 
-    An :class:`~course_lib.attention.contract.AttentionKernel` that wraps another, so that
-    ``MultiHeadAttention(d, h, kernel=RotaryKernel())`` is rotary self-attention without a change to the
-    module. The positions are the library's bottom-right convention: keys at ``0 .. n_keys - 1``, the
-    queries at the last ``n_queries`` of them. A :class:`~course_lib.attention.multihead.KVCache` therefore keeps
-    *unrotated* keys, and the kernel rotates all of them at each step: since only the differences of
-    positions matter, this gives the scores of rotating each key once at its absolute position (as
-    Hugging Face does), and stays right when a cache is trimmed or offset (a sliding window) or when a
-    sequence is left-padded with masked keys.
+    A kernel (registered as ``"rotary"``) that wraps another, so that ``MultiHeadAttention(d, h,
+    kernel=RotaryKernel())`` is rotary self-attention without a change to the module. The positions are
+    the library's bottom-right convention: keys at ``0 .. n_keys - 1``, the queries at the last
+    ``n_queries`` of them. A :class:`~course_lib.attention.cache.KVCache` therefore keeps *unrotated* keys,
+    and the kernel rotates all of them at each step: since only the differences of positions matter,
+    this gives the scores of rotating each key once at its absolute position (as Hugging Face does), and
+    stays right when a cache is trimmed or offset (a sliding window) or when a sequence is left-padded
+    with masked keys.
 
     Args:
-        inner: the kernel that attends to the rotated queries and keys (default
-            :func:`~course_lib.attention.contract.fused_kernel`).
+        inner: the kernel that attends to the rotated queries and keys (default the fused kernel; by name,
+            ``attention_kernel("rotary", inner="flash")``).
         base: of the frequencies (:func:`rotary_frequencies`); > 1.
         interleaved: the pair layout (:func:`rotary_embedding`).
 
@@ -186,31 +189,37 @@ class RotaryKernel:
         True
     """
 
+    name = "rotary"
+
     def __init__(self, inner: AttentionKernel = fused_kernel, *, base: float = 10000.0,
                  interleaved: bool = False) -> None:
-        if not callable(inner):
-            raise TypeError(f"inner must be an AttentionKernel (a callable), got {type(inner).__name__}")
-        self.inner = inner
+        self.inner = check_kernel(inner, "inner")
         self.base = check_real(base, "base", greater_than=1.0)
         self.interleaved = check_bool(interleaved, "interleaved")
 
-    def __repr__(self) -> str:
-        inner = getattr(self.inner, "__name__", None) or repr(self.inner)
-        layout = ", interleaved=True" if self.interleaved else ""
-        return f"RotaryKernel({inner}, base={self.base:g}{layout})"
+    @property
+    def supports(self) -> Capabilities:
+        """What the inner kernel supports."""
+        return self.inner.supports
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, *,
-                 causal: bool = False, dropout_p: float = 0.0, scale: float | None = None,
+    def __repr__(self) -> str:
+        layout = ", interleaved=True" if self.interleaved else ""
+        return f"RotaryKernel({self.inner!r}, base={self.base:g}{layout})"
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 mask: torch.Tensor | MaskMod | None = None, *, causal: bool = False, dropout_p: float = 0.0,
+                 scale: float | None = None, score_mod: ScoreMod | None = None,
                  need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Args and returns: see :mod:`course_lib.attention.contract`; ``d`` must be even."""
         n_q, n_k, head_size = q.shape[-2], k.shape[-2], q.shape[-1]
         if head_size % 2:
             raise ValueError(f"RotaryKernel needs an even head size (it rotates pairs of features), got queries "
                              f"of shape {tuple(q.shape)}")
-        # One table for positions min(0, n_k - n_q) .. n_k - 1: the keys use its last n_k rows, the queries
+        # One table for positions min(0, offset) .. n_k - 1: the keys use its last n_k rows, the queries
         # its last n_q rows (bottom-right aligned).
-        start = min(0, n_k - n_q)
+        start = min(0, query_offset(n_q, n_k))
         angles = _angles(torch.arange(start, n_k, device=q.device), head_size, self.base)  # (n, d_h / 2)
         q = _rotate(q, angles[angles.shape[0] - n_q:], self.interleaved)
         k = _rotate(k, angles[angles.shape[0] - n_k:], self.interleaved)
-        return self.inner(q, k, v, mask, causal=causal, dropout_p=dropout_p, scale=scale, need_weights=need_weights)
+        return self.inner(q, k, v, mask, causal=causal, dropout_p=dropout_p, scale=scale, score_mod=score_mod,
+                          need_weights=need_weights)

@@ -36,7 +36,7 @@ Shapes: ``B`` batch, ``H`` heads, ``n`` sequence length, ``d`` key size, ``d_v``
 The package is split by concern: ``patterns`` (the rules and their masks), ``dense`` (the dense
 baselines), ``blockwise`` (the computation without the n x n matrix, and :class:`SparseKernel`, the
 kernel a :class:`~course_lib.attention.multihead.MultiHeadAttention` takes), ``module``
-(``SparseMultiHeadAttention``, that module with that kernel), ``surgery`` (``use_sparse_attention``)
+(``SparseMultiHeadAttention``, that module with that kernel)
 and ``memory`` (``peak_memory``).
 """
 
@@ -45,7 +45,6 @@ from .dense import dense_attention, fused_attention
 from .memory import peak_memory
 from .module import SparseMultiHeadAttention
 from .patterns import PATTERNS, default_stride, fixed_mod, fixed_pattern, pattern_mod, strided_mod, strided_pattern
-from .surgery import use_sparse_attention
 
 __all__ = [
     "PATTERNS",
@@ -62,5 +61,4 @@ __all__ = [
     "strided_attention",
     "strided_mod",
     "strided_pattern",
-    "use_sparse_attention",
 ]

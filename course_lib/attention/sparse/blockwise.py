@@ -18,8 +18,11 @@ from ..._validation import (
     check_qkv,
     check_summary_cells,
 )
-from ..contract import explicit_kernel, fused_kernel
-from ..masks import lengths_to_mask
+from ..contract import Capabilities, check_supported, kv_groups, repeat_kv
+from ..kernels.explicit import explicit_kernel
+from ..kernels.fused import fused_kernel
+from ..masks import MaskMod, lengths_to_mask
+from ..score_mods import ScoreMod
 from .patterns import PATTERNS, default_stride, pattern_mod
 
 
@@ -334,7 +337,7 @@ def _fixed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ell: int, c: int, 
 
 
 class SparseKernel:
-    r"""Chapter 9's sparse attention as a kernel (:mod:`course_lib.attention.contract`): a pattern, not a module.
+    r"""Chapter 9's sparse attention as a kernel (registered as ``"sparse"``): a pattern, not a module.
 
     ``MultiHeadAttention(d, h, kernel=SparseKernel("strided"))`` attends inside the pattern; the
     pattern's causal variant is used when the call asks for ``causal``. Three computations, equal up
@@ -342,13 +345,13 @@ class SparseKernel:
 
     - self-attention (as many queries as keys): :func:`strided_attention` / :func:`fixed_attention`,
       O(n sqrt n) memory, never the n x n matrix;
-    - ``need_weights`` (recording the weights): :func:`~course_lib.explicit_kernel` with the dense
-      pattern mask (small n only);
-    - new queries against more keys (a key/value cache): their rows of the pattern, bottom-right
-      aligned, through :func:`~course_lib.fused_kernel`.
+    - ``need_weights`` (recording the weights): the explicit kernel with the dense pattern mask (small n
+      only);
+    - new queries against more keys (a key/value cache), or a ``scale``: their rows of the pattern,
+      bottom-right aligned, through the fused kernel.
 
     The mask may only mark keys (padding): bool, broadcastable to (B, 1, 1, n_keys). A mask with a
-    query axis is the n x n matrix sparse attention avoids, and is refused.
+    query axis is the n x n matrix sparse attention avoids, and is refused (as are score modifiers).
 
     Args:
         pattern: ``"strided"`` or ``"fixed"``.
@@ -363,6 +366,9 @@ class SparseKernel:
         >>> torch.allclose(sparse, dense, atol=1e-6)
         True
     """
+
+    name = "sparse"
+    supports = Capabilities(query_masks=False, score_mods=False)
 
     def __init__(self, pattern: str = "strided", stride: int | None = None, c: int = 1) -> None:
         if pattern not in PATTERNS:
@@ -388,9 +394,12 @@ class SparseKernel:
             check_summary_cells(self.c, stride)
         return stride
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, *,
-                 causal: bool = False, dropout_p: float = 0.0, scale: float | None = None,
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 mask: torch.Tensor | MaskMod | None = None, *, causal: bool = False, dropout_p: float = 0.0,
+                 scale: float | None = None, score_mod: ScoreMod | None = None,
                  need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Args and returns: see :mod:`course_lib.attention.contract` (a key mask only, no score modifier)."""
+        check_supported(self, mask=mask, score_mod=score_mod)
         n_q, n_k = q.shape[-2], k.shape[-2]
         stride = self.stride_for(n_k)
         if need_weights or n_q != n_k or scale is not None:
@@ -398,8 +407,8 @@ class SparseKernel:
             keep = keep if mask is None else keep & mask
             kernel = explicit_kernel if need_weights else fused_kernel
             return kernel(q, k, v, keep, dropout_p=dropout_p, scale=scale, need_weights=need_weights)
-        if q.shape[1] != k.shape[1]:  # grouped-query heads: each key/value head serves its group
-            k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
+        groups = kv_groups(q, k)
+        k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # grouped-query heads: one key/value head per query head
         valid = torch.ones(1, 1, n_k, 1, dtype=torch.bool, device=q.device)
         if mask is not None:
             full = (1,) * (4 - mask.dim()) + tuple(mask.shape)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..._validation import check_bool
-from ..contract import attend, explicit_kernel, fused_kernel
+from ..registry import attend
 
 
 def dense_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
@@ -14,7 +14,7 @@ def dense_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
 
     .. math:: \operatorname{softmax}\big(\mathbf Q\mathbf K^\top/\sqrt d\,\big)\mathbf V
 
-    :func:`course_lib.attend` with :func:`course_lib.explicit_kernel`.
+    :func:`course_lib.attend` with the explicit kernel.
 
     Args:
         queries: (..., n_q, d)
@@ -30,11 +30,11 @@ def dense_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
         >>> dense_attention(q, k, v, mask=strided_pattern(9, 3)).shape
         torch.Size([2, 9, 3])
     """
-    return attend(queries, keys, values, mask, kernel=explicit_kernel)[0]
+    return attend(queries, keys, values, mask, kernel="explicit")[0]
 
 
 def fused_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                    mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
+                    mask: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
     """The same through ``torch.nn.functional.scaled_dot_product_attention`` (:func:`course_lib.fused_kernel`).
 
     On a CPU (and with a memory-efficient or flash kernel on a GPU) the scores of 4-D (B, H, n, d) inputs
@@ -45,7 +45,7 @@ def fused_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
     Args:
         queries, keys, values: as in :func:`dense_attention`.
         mask: optional bool, broadcastable to (..., n_q, n_k), ``True`` = attend.
-        is_causal: and the look-ahead mask of :func:`course_lib.causal_mask` (bottom-right aligned, as
+        causal: and the look-ahead mask of :func:`course_lib.causal_mask` (bottom-right aligned, as
             everywhere in the library).
 
     Returns:
@@ -53,8 +53,8 @@ def fused_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
 
     Examples:
         >>> q, k, v = torch.randn(2, 9, 4), torch.randn(2, 9, 4), torch.randn(2, 9, 3)
-        >>> torch.allclose(fused_attention(q, k, v, is_causal=True), dense_attention(q, k, v, causal_mask(9)),
+        >>> torch.allclose(fused_attention(q, k, v, causal=True), dense_attention(q, k, v, causal_mask(9)),
         ...                atol=1e-6)
         True
     """
-    return attend(queries, keys, values, mask, causal=check_bool(is_causal, "is_causal"), kernel=fused_kernel)[0]
+    return attend(queries, keys, values, mask, causal=check_bool(causal, "causal"), kernel="fused")[0]
