@@ -26,8 +26,8 @@ export PYTHONHASHSEED := 0
 # (course_lib.progress); a notebook opened in Jupyter or Colab keeps its live bars.
 export COURSE_PROGRESS := line
 
-.PHONY: venv book book-without-data pdf test lint unit nbval bench assignments student-notebooks grade data \
-	linkcheck clean
+.PHONY: venv book book-without-data pdf test lint unit nbval bench assignments student-notebooks colab-notebooks \
+	grade data linkcheck clean
 
 venv: $(STAMP)
 
@@ -109,6 +109,15 @@ student-notebooks:
 	    'course_lib is installed already: the setup cells would install nothing')"
 	COURSE_LIB_SOURCE=$${COURSE_LIB_SOURCE:-$(CURDIR)} $(STUDENT_PYTHON) -m pytest dist/student -p no:cacheprovider -q \
 	    --nbval-lax --nbval-current-env --nbval-cell-timeout=900
+
+# The same in Colab's public runtime image (the packages Colab users get), as weekly.yml runs it: Docker pulls the
+# image (larger than the ~14 GB a GitHub runner has free: weekly.yml frees disk first) and runs
+# `make student-notebooks` in it on this checkout (mounted at /course), as root, Colab's user.
+COLAB_IMAGE ?= us-docker.pkg.dev/colab-images/public/runtime:latest
+colab-notebooks:
+	docker run --rm --user root --entrypoint make -v "$(CURDIR)":/course -w /course -e MPLBACKEND=Agg \
+	    $(if $(COURSE_LIB_SOURCE),-e COURSE_LIB_SOURCE="$(COURSE_LIB_SOURCE)") \
+	    $(COLAB_IMAGE) student-notebooks STUDENT_PYTHON=python3
 
 # The English-French pairs for section 8.1 where ../shared/data is absent (GitHub's runners): the library's
 # opt-in download (SHA-1 checked, kept in $$COURSE_CACHE_DIR or ~/.cache/course_lib), cut to the course's
