@@ -1,5 +1,5 @@
 # Two commands, on a fresh clone with Python 3.11 and pip:
-#   make book   create .venv, install pinned deps, execute every notebook, build _build/html
+#   make book   create .venv, install pinned deps, execute every notebook, build _build/html (and its PDF, given a Chromium)
 #   make test   lint, unit tests, nbval over book/ and the browser test of the built book, in the same .venv
 #
 # Python 3.11 is the version the exact pins of constraints.txt are for; it gets .venv. Any other Python
@@ -49,6 +49,7 @@ book: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=$${MKL_NUM_THREADS:-1} \
 	    $(BIN)/jupyter-book build book --config $(CURDIR)/_config.yml --toc $(CURDIR)/_toc.yml --path-output $(CURDIR) -W -n --keep-going
 	$(BIN)/python tools/book_build.py stamp
+	$(BIN)/python tools/book_pdf.py --if-browser
 
 # What a reader sees on a machine without the data: the notebooks that read data files executed without
 # them (COURSE_DATA_DIR an empty folder), the other pages from their stored outputs, in _build/no-data/_build/html.
@@ -58,7 +59,8 @@ book-without-data: $(STAMP)
 
 # The whole book as one PDF, printed from the built HTML by the browser test's Chromium (CHROMIUM=path to
 # use another, e.g. Google Chrome), chapters in the order of _toc.yml: _build/html/attention-from-first-principles.pdf,
-# published beside the HTML and linked from the intro page.
+# published beside the HTML and linked from the intro page. `make book` prints it too where there is a Chromium
+# (book_pdf.py --if-browser), so that link works after `make book` alone; `make pdf` fails without one.
 pdf: book
 	$(BIN)/python tools/book_pdf.py
 

@@ -123,7 +123,7 @@ def test_the_places_that_cannot_read_it_hold_it():
     assert urls["Issues"] == f"{URL}/issues" and urls["Changelog"] == f"{URL}/blob/main/CHANGELOG.md"
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert f"https://colab.research.google.com/github/{OWNER}/{NAME}/blob/main/book/" in readme
-    assert PAGES in readme
+    assert PAGES in readme and f"git+{URL}@" in readme
     assert PAGES in (ROOT / "LICENSE-CC-BY-4.0").read_text(encoding="utf-8")
     import setup_cell  # tools/setup_cell.py: the notebooks' first cell installs course_lib from the repository
 
