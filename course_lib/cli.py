@@ -13,7 +13,7 @@ Usage::
     python -m course_lib generate --checkpoint lm.pt "The cat" ""   # continue a prompt; "" starts afresh
 
 ``--minutes`` bounds the training; the held-out evaluation that follows is not counted (beam search over
-fra-eng's 1,097 test sources adds about a minute on a CPU, ``--beam-size 1`` less), and its time is printed.
+fra-eng's 1,097 test sources adds a minute or more on a CPU, ``--beam-size 1`` less), and its time is printed.
 
 Errors print one line on stderr and exit with status 2 when the command line itself is wrong (an unknown
 option or task, a malformed value such as ``--device gpu``, an option the task does not take) and 1 when it is
@@ -173,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "added to the embeddings")
     train.add_argument("--minutes", type=_positive_float, default=2.0,
                        help="wall-clock training budget (default: %(default)s); the held-out evaluation after it "
-                            "is not counted: beam search over fra-eng's test sentences adds about a minute on a "
+                            "is not counted: beam search over fra-eng's test sentences adds a minute or more on a "
                             "CPU (--beam-size 1 less)")
     train.add_argument("--epochs", type=_positive_int, help="stop after this many epochs if sooner")
     train.add_argument("--examples", type=_positive_int,
