@@ -20,7 +20,7 @@ and ``nadaraya_watson``. Everything a notebook uses is importable from here, fla
 
 from . import data
 from .attention import sparse
-from .attention.cache import KVCache, SlidingWindowCache
+from .attention.cache import BlockPool, Cache, KVCache, PagedKVCache, SinkCache, SlidingWindowCache
 from .attention.contract import AttentionKernel, Capabilities, repeat_kv
 from .attention.kernels.alibi import ALiBiKernel, alibi_bias, alibi_mod, alibi_slopes
 from .attention.kernels.explicit import explicit_kernel
@@ -212,6 +212,10 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
+    "SinkCache",
+    "PagedKVCache",
+    "Cache",
+    "BlockPool",
     "query_positions",
     "repeat_kv",
     "register_kernel",

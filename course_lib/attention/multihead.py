@@ -37,7 +37,7 @@ from .._validation import (
     check_probability,
     check_qkv,
 )
-from .cache import KVCache
+from .cache import Cache
 from .contract import AttentionKernel, check_supported
 from .masks import MaskMod
 from .registry import attention_kernel
@@ -102,7 +102,7 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor | None = None, values: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, *, causal: bool = False,
-                kv: tuple[torch.Tensor, torch.Tensor] | None = None, kv_cache: KVCache | None = None) -> torch.Tensor:
+                kv: tuple[torch.Tensor, torch.Tensor] | None = None, kv_cache: Cache | None = None) -> torch.Tensor:
         """Attend from every query to the allowed keys, in every head.
 
         Args:
@@ -115,7 +115,8 @@ class MultiHeadAttention(nn.Module):
                 bottom-right, so it stays right when a cache holds earlier keys.
             kv: keys and values already projected by :meth:`project_kv`, (batch, num_kv_heads, n_keys, d_h)
                 each (the decoder's cross-attention projects its memory once).
-            kv_cache: optional :class:`KVCache`; the new projected keys and values are appended to it
+            kv_cache: optional :class:`~course_lib.attention.cache.Cache` (a :class:`~course_lib.KVCache`, ...); the
+                new projected keys and values are appended to it
                 and the queries attend to all of them (n_keys = T_past + new keys).
 
         Returns:
@@ -209,11 +210,12 @@ def _cached(kv_cache: object, queries: object) -> int:
     """The number of cached steps, after checking that ``kv_cache`` is a cache of the queries' batch."""
     if kv_cache is None:
         return 0
-    if not isinstance(kv_cache, KVCache):
-        raise TypeError(f"kv_cache must be a KVCache, got {type(kv_cache).__name__}")
+    if not isinstance(kv_cache, Cache):
+        raise TypeError(f"kv_cache must be a key/value Cache (KVCache, SlidingWindowCache, ...), got "
+                        f"{type(kv_cache).__name__}")
     batch = queries.shape[0] if isinstance(queries, torch.Tensor) and queries.dim() else None  # else: checked later
-    if kv_cache.keys is not None and batch is not None and kv_cache.keys.shape[0] != batch:
-        raise ValueError(f"kv_cache holds a batch of {kv_cache.keys.shape[0]} (keys of shape "
-                         f"{tuple(kv_cache.keys.shape)}) but the queries have a batch of {batch}; reorder the "
-                         f"cache with the batch")
+    held = kv_cache.batch_size
+    if held is not None and batch is not None and held != batch:
+        raise ValueError(f"kv_cache holds a batch of {held} (keys of shape {tuple(kv_cache.keys.shape)}) but the "
+                         f"queries have a batch of {batch}; reorder the cache with the batch")
     return len(kv_cache)
