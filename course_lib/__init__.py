@@ -44,7 +44,13 @@ from .attention.kernels.linear import (
     linear_attention_step,
     nadaraya_watson_attention,
 )
-from .attention.kernels.rotary import RotaryKernel, rotary_embedding, rotary_frequencies, rotary_permutation
+from .attention.kernels.rotary import (
+    RotaryEmbedding,
+    RotaryKernel,
+    rotary_embedding,
+    rotary_frequencies,
+    rotary_permutation,
+)
 from .attention.kernels.sliding_window import SlidingWindowKernel
 from .attention.masks import (
     MaskMod,
@@ -212,6 +218,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
+    "RotaryEmbedding",
     "SinkCache",
     "PagedKVCache",
     "Cache",

@@ -34,7 +34,6 @@ from course_lib import (  # noqa: E402
     LearnedPositionalEmbedding,
     PositionalEncoding,
     RMSNorm,
-    RotaryKernel,
     SwiGLU,
     recording_attention,
     sinusoidal_table,
@@ -135,7 +134,7 @@ def _hf_layer_and_block(theta=10000.0, kv_heads=2):
     """A LlamaDecoderLayer from a local config and a DecoderLMBlock with its weights copied (float64)."""
     config = _hf_config(kv_heads=kv_heads, theta=theta)
     layer = _randomize(LlamaDecoderLayer(config, layer_idx=0).double().eval())
-    block = DecoderLMBlock(D, HEADS, FFN, num_kv_heads=kv_heads, kernel=RotaryKernel(base=theta),
+    block = DecoderLMBlock(D, HEADS, FFN, num_kv_heads=kv_heads, rope_base=theta,
                            norm_eps=config.rms_norm_eps).double().eval()
     a, m = layer.self_attn, layer.mlp
     block.load_state_dict({

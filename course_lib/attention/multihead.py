@@ -25,7 +25,6 @@ Masks are boolean, ``True`` = attend, as in ``torch.nn.functional.scaled_dot_pro
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .._validation import (
@@ -37,8 +36,10 @@ from .._validation import (
     check_probability,
     check_qkv,
 )
+from ..utils import stacked_linear
 from .cache import Cache
 from .contract import AttentionKernel, check_supported
+from .kernels.rotary import RotaryEmbedding
 from .masks import MaskMod
 from .registry import attention_kernel
 
@@ -63,6 +64,8 @@ class MultiHeadAttention(nn.Module):
         bias: give the four projections a bias.
         num_kv_heads: key/value heads (grouped-query attention); ``None`` means ``num_heads``; must
             divide ``num_heads``; 1 is multi-query attention.
+        rotary: RoPE applied to the new queries and keys before the cache's update (each key rotated once, at
+            its position, and cached rotated: :class:`~course_lib.RotaryEmbedding`), or ``None``.
         kernel: the attention computation: a kernel's name (:mod:`course_lib.attention.registry`: ``"fused"``,
             ``"explicit"``, ``"flash"``, ...) or an :class:`~course_lib.attention.contract.AttentionKernel`.
 
@@ -79,7 +82,8 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, bias: bool = False, *,
-                 num_kv_heads: int | None = None, kernel: str | AttentionKernel = "fused") -> None:
+                 num_kv_heads: int | None = None, kernel: str | AttentionKernel = "fused",
+                 rotary: RotaryEmbedding | None = None) -> None:
         super().__init__()
         self.num_hiddens, self.num_heads = check_positive_int(num_hiddens, "num_hiddens"), num_heads
         self.num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -92,13 +96,22 @@ class MultiHeadAttention(nn.Module):
         self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
         self.dropout = nn.Dropout(check_probability(dropout, "dropout"))
         self.kernel = attention_kernel(kernel)
+        if rotary is not None and not isinstance(rotary, RotaryEmbedding):
+            raise TypeError(f"rotary must be a RotaryEmbedding or None, got {type(rotary).__name__}")
+        if rotary is not None and rotary.head_size != self.head_size:
+            raise ValueError(f"rotary turns heads of size {rotary.head_size}, the module's heads have size "
+                             f"{self.head_size}")
+        self.rotary = rotary
         self.record_weights = False
         self.attention_weights: torch.Tensor | None = None
+        self._qkv: dict = {}  # the stacked projection weights, kept while no weight changes (utils.stacked_linear)
+        self._kv: dict = {}
 
     def extra_repr(self) -> str:
         kernel = repr(self.kernel)
         grouped = f", num_kv_heads={self.num_kv_heads}" if self.num_kv_heads != self.num_heads else ""
-        return f"num_hiddens={self.num_hiddens}, num_heads={self.num_heads}{grouped}, kernel={kernel}"
+        rotary = "" if self.rotary is None else f", rotary={self.rotary!r}"
+        return f"num_hiddens={self.num_hiddens}, num_heads={self.num_heads}{grouped}, kernel={kernel}{rotary}"
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor | None = None, values: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, *, causal: bool = False,
@@ -142,6 +155,10 @@ class MultiHeadAttention(nn.Module):
         check_supported(self.kernel, mask=mask, dropout_p=dropout_p, need_weights=self.record_weights,
                         grouped=self.num_kv_heads != self.num_heads)
         q, k, v = self._project(queries, keys, values, kv)  # (B, h, Tq, d_h), (B, h_kv, Tk, d_h) x 2
+        if self.rotary is not None and kv is None:
+            # The new keys sit at positions start .. start + Tk - 1, the queries at the last Tq of them.
+            start = 0 if kv_cache is None else kv_cache.position
+            q, k = self.rotary(q, start + k.shape[-2] - q.shape[-2]), self.rotary(k, start)
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)
         out, weights = self.kernel(q, k, v, mask.to(q.device) if isinstance(mask, torch.Tensor) else mask,
@@ -181,7 +198,7 @@ class MultiHeadAttention(nn.Module):
         # (self-attention) or twice (keys that are the values).
         if kv is None and queries is keys and keys is values:
             sizes = (self.num_hiddens, self.W_k.out_features, self.W_v.out_features)
-            q, k, v = _stacked_linear(queries, (self.W_q, self.W_k, self.W_v)).split(sizes, dim=-1)
+            q, k, v = stacked_linear(queries, (self.W_q, self.W_k, self.W_v), self._qkv).split(sizes, dim=-1)
             k, v = self._split(k, self.num_kv_heads), self._split(v, self.num_kv_heads)
         else:
             q = self.W_q(queries)
@@ -190,7 +207,7 @@ class MultiHeadAttention(nn.Module):
 
     def _project_kv(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if keys is values:
-            k, v = _stacked_linear(keys, (self.W_k, self.W_v)).split(self.W_k.out_features, dim=-1)
+            k, v = stacked_linear(keys, (self.W_k, self.W_v), self._kv).split(self.W_k.out_features, dim=-1)
         else:
             k, v = self.W_k(keys), self.W_v(values)
         return self._split(k, self.num_kv_heads), self._split(v, self.num_kv_heads)
@@ -198,12 +215,6 @@ class MultiHeadAttention(nn.Module):
     def _split(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         # (B, T, heads * d_h) -> (B, T, heads, d_h) -> (B, heads, T, d_h); a view, no copy.
         return x.view(x.shape[0], x.shape[1], heads, self.head_size).transpose(1, 2)
-
-
-def _stacked_linear(x: torch.Tensor, layers: tuple[nn.Linear, ...]) -> torch.Tensor:
-    weight = torch.cat([layer.weight for layer in layers])
-    bias = None if layers[0].bias is None else torch.cat([layer.bias for layer in layers])
-    return F.linear(x, weight, bias)
 
 
 def _cached(kv_cache: object, queries: object) -> int:
