@@ -108,6 +108,7 @@ from .rnn import (
     Seq2SeqRNNConfig,
 )
 from .rotary import RotaryKernel, rotary_embedding, rotary_frequencies, rotary_permutation
+from .sampling import sample_next, top_k_filter, top_p_filter
 from .scoring import (
     AdditiveAttention,
     BilinearAttention,
@@ -308,6 +309,7 @@ __all__ = [
     "rotary_embedding",
     "rotary_frequencies",
     "rotary_permutation",
+    "sample_next",
     "save_checkpoint",
     "save_lm_checkpoint",
     "seeded",
@@ -324,6 +326,8 @@ __all__ = [
     "strided_attention",
     "strided_pattern",
     "swiglu_hidden_size",
+    "top_k_filter",
+    "top_p_filter",
     "train_lm",
     "train_seq2seq",
     "translate",

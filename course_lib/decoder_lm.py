@@ -50,6 +50,7 @@ from .attention_kernels import AttentionKernel, fused_kernel
 from .multihead import KVCache, MultiHeadAttention
 from .positional import LearnedPositionalEmbedding, PositionalEncoding
 from .rotary import RotaryKernel
+from .sampling import sample_next
 
 __all__ = ["DecoderLM", "DecoderLMBlock", "DecoderLMConfig", "DecoderLMState", "RMSNorm", "SwiGLU",
            "swiglu_hidden_size"]
@@ -459,18 +460,21 @@ class DecoderLM(nn.Module):
 
     @torch.no_grad()
     def generate(self, tokens: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
-                 top_k: int | None = None, generator: torch.Generator | None = None,
+                 top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
                  eos_id: int | None = None) -> torch.Tensor:
         r"""Continue each sequence token by token, with a key/value cache (each step runs one position).
 
-        Each new token is drawn from :math:`\operatorname{softmax}(\mathbf z / \tau)` over the ``top_k``
-        largest logits :math:`\mathbf z`; :math:`\tau = 0` is the limit, greedy decoding (the argmax).
+        Each new token is drawn by :func:`course_lib.sampling.sample_next` from
+        :math:`\operatorname{softmax}(\mathbf z / \tau)` of the logits :math:`\mathbf z`, among the ``top_k``
+        largest and then within the nucleus of mass ``top_p``; :math:`\tau = 0` is the limit, greedy decoding
+        (the argmax).
 
         Args:
             tokens: (B, T) the prompts, ``torch.long`` (all of length T).
             max_new_tokens: how many tokens to add.
             temperature: :math:`\tau \ge 0`; 0 is greedy.
             top_k: sample among the ``top_k`` most likely tokens only (``None``: all).
+            top_p: sample within the nucleus of this probability mass only, in ``[0, 1]`` (``None``: all).
             generator: the ``torch.Generator`` the draws use (``None``: torch's global one).
             eos_id: a sequence stops after this token: it is repeated after it, and generation ends when
                 every sequence has stopped.
@@ -491,6 +495,8 @@ class DecoderLM(nn.Module):
         temperature = check_real(temperature, "temperature", at_least=0.0)
         if top_k is not None:
             check_positive_int(top_k, "top_k")
+        if top_p is not None and not 0.0 <= check_real(top_p, "top_p") <= 1.0:
+            raise ValueError(f"top_p must be in [0, 1] (a probability mass), got {top_p}")
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
         if eos_id is not None:
@@ -501,7 +507,8 @@ class DecoderLM(nn.Module):
         step_input = tokens
         for _ in range(max_new_tokens):
             logits = self._run(step_input, caches)[:, -1]  # (B, V): the next token's logits
-            step_input = _choose(logits, temperature, top_k, generator)[:, None]  # (B, 1)
+            step_input = sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p,
+                                     generator=generator)[:, None]  # (B, 1)
             if eos_id is not None:
                 step_input = step_input.masked_fill(done[:, None], eos_id)
                 done = done | (step_input[:, 0] == eos_id)
@@ -587,18 +594,6 @@ def _added_positions(config: DecoderLMConfig) -> PositionalEncoding | LearnedPos
     if config.positional == "learned":
         return LearnedPositionalEmbedding(config.num_hiddens, 0.0, config.max_len)  # drawn in _init_weights
     return None
-
-
-def _choose(logits: torch.Tensor, temperature: float, top_k: int | None,
-            generator: torch.Generator | None) -> torch.Tensor:
-    """(B, V) logits -> (B,) tokens: the argmax (temperature 0), or a draw among the top_k."""
-    if temperature == 0.0:
-        return logits.argmax(dim=-1)
-    logits = logits / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1) the k-th largest logit
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)[:, 0]
 
 
 def _hf_rope_base(hf: object) -> float:
