@@ -27,6 +27,7 @@ from .data import (
     load_english_lm,
     load_fra_eng,
     load_fra_eng_subwords,
+    load_python_lm,
 )
 from .decode import beam_search, decode_batch, default_max_len, greedy_decode, sequence_log_prob, translate
 from .decoder_lm import (
@@ -287,6 +288,7 @@ __all__ = [
     "load_fra_eng",
     "load_fra_eng_subwords",
     "load_lm_checkpoint",
+    "load_python_lm",
     "masked_cross_entropy",
     "masked_softmax",
     "model_device",
