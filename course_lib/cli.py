@@ -9,6 +9,7 @@ Usage::
     python -m course_lib translate --checkpoint dates.pt < dates.txt   # one output line per input line
     python -m course_lib train --task lm --minutes 3 --out lm.pt  # a decoder-only LM on English sentences
     python -m course_lib train --task lm --data my_text.txt --positional alibi --context 128
+    python -m course_lib train --task lm --corpus python --epochs 1   # on the standard library's source
     python -m course_lib generate --checkpoint lm.pt "The cat" ""   # continue a prompt; "" starts afresh
 
 Errors (a missing file, a negative budget, a corrupt checkpoint, ...) print one line on stderr and
@@ -32,6 +33,7 @@ __all__ = ["main", "build_parser"]
 PROG = "python -m course_lib"
 SUBWORD_VOCAB_SIZE = 2000
 LM_VOCAB_SIZE = 1000  # the English sentences of fra-eng are ~80k tokens: a larger vocabulary sees few of each
+PYTHON_VOCAB_SIZE = 2048  # the standard library's source: ~660k training tokens (chapter 12)
 LM_CONTEXT = 64
 TRANSLATION_TASKS = ("dates", "fra-eng")
 POSITIONAL = ("rotary", "alibi", "none", "sinusoidal", "learned")
@@ -68,6 +70,7 @@ _positive_float = _argument_type(float, "a number", lambda v: v > 0 and math.isf
 _positive_int = _argument_type(int, "an integer", lambda v: v > 0, "must be a positive integer")
 _fraction = _argument_type(float, "a number", lambda v: 0.0 <= v < 1.0, "must be in [0, 1)")
 _seed = _argument_type(int, "an integer", lambda v: 0 <= v < 2**32, "must be in [0, 2**32)")
+_probability = _argument_type(float, "a number", lambda v: 0.0 <= v <= 1.0, "must be in [0, 1]")
 _non_negative_float = _argument_type(float, "a number", lambda v: v >= 0 and math.isfinite(v),
                                      "must be a number >= 0")
 
@@ -84,8 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "(the English side of the fra-eng file, or any text file)")
     train.add_argument("--data", metavar="PATH",
                        help="fra-eng: a tab-separated file of sentence pairs; lm: a text file, one sentence a "
-                            "line (its first tab-separated column) (default: the shared fra-eng copy found "
-                            "through COURSE_DATA_DIR)")
+                            "line (its first tab-separated column), or with --corpus python a folder of .py "
+                            "modules (default: the shared fra-eng copy found through COURSE_DATA_DIR; the "
+                            "standard library)")
+    train.add_argument("--corpus", choices=["english", "python"],
+                       help="lm only: english, the sentences of --data (default), or python, the standard "
+                            "library's modules split by file (--data: another folder of .py files)")
     train.add_argument("--vocab", choices=["subword", "word"],
                        help="fra-eng only: byte-level BPE learned on the training split (no <unk>, default) or "
                             "the chapters' word-level vocabulary")
@@ -143,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="sampling temperature; 0 is greedy decoding (default: %(default)s)")
     gen.add_argument("--top-k", type=_positive_int, default=50,
                      help="sample among the k most likely tokens (default: %(default)s)")
+    gen.add_argument("--top-p", type=_probability, help="then sample within the nucleus of this probability mass "
+                                                       "(top-p, in [0, 1]; default: off)")
     gen.add_argument("--seed", type=_seed, default=0, help="of the sampling (default: %(default)s)")
     gen.add_argument("--device", help="default: CUDA, then MPS, then the CPU")
     return parser
@@ -157,12 +166,15 @@ def _check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
             if getattr(args, option) is not None:
                 parser.error(f"--{option.replace('_', '-')} applies to the translation tasks "
                              f"({', '.join(TRANSLATION_TASKS)}), not to --task lm")
-        args.vocab_size = args.vocab_size or LM_VOCAB_SIZE
+        args.corpus = args.corpus or "english"
+        if args.corpus == "python" and args.examples is not None:
+            parser.error("--examples applies to --corpus english only (the python corpus is split by file)")
+        args.vocab_size = args.vocab_size or (PYTHON_VOCAB_SIZE if args.corpus == "python" else LM_VOCAB_SIZE)
         args.context = args.context or LM_CONTEXT
         args.positional = args.positional or "rotary"
         args.batch_size = args.batch_size or 32
         return
-    for option in ("context", "positional"):
+    for option in ("context", "positional", "corpus"):
         if getattr(args, option) is not None:
             parser.error(f"--{option} applies to --task lm only")
     args.vocab = args.vocab or "subword"
@@ -283,12 +295,16 @@ def _train_lm(args: argparse.Namespace, out: TextIO, context, device) -> int:
     import math
 
     from .checkpoint import save_lm_checkpoint
-    from .data import load_english_lm
+    from .data import load_english_lm, load_python_lm
     from .decoder_lm import DecoderLM, DecoderLMConfig
     from .train import evaluate_lm, train_lm
     from .utils import num_parameters, set_seed
 
-    data = load_english_lm(path=args.data, vocab_size=args.vocab_size, seed=args.seed, max_examples=args.examples)
+    if args.corpus == "python":
+        data = load_python_lm(vocab_size=args.vocab_size, seed=args.seed, root=args.data)
+    else:
+        data = load_english_lm(path=args.data, vocab_size=args.vocab_size, seed=args.seed,
+                               max_examples=args.examples)
     split = "test" if len(data.test) > args.context else "valid"
     for name in ("train", split):
         data.window_starts(name, args.context)  # a clear error when a split is shorter than one window
@@ -301,8 +317,10 @@ def _train_lm(args: argparse.Namespace, out: TextIO, context, device) -> int:
     world = (f"; data parallel over {context.world_size} processes ({context.backend}), "
              f"{args.batch_size} windows each per step" if context is not None else "")
     info = data.info
-    print(f"lm: {info['sentences']['train']:,} train / {info['sentences']['valid']:,} valid / "
-          f"{info['sentences']['test']:,} test sentences, {len(data.train):,} training tokens "
+    units, counts = ("files", {k: len(v) for k, v in info["documents"].items()}) if "documents" in info else \
+        ("sentences", info["sentences"])
+    print(f"lm: {counts['train']:,} train / {counts['valid']:,} valid / "
+          f"{counts['test']:,} test {units}, {len(data.train):,} training tokens "
           f"(byte-level BPE, {data.vocab_size} tokens); decoder ({args.positional} positions) with "
           f"{num_parameters(model):,} parameters on {device}{world}", file=out, flush=True)
     amp = {"auto": True, "bf16": "bf16", "fp32": False}[args.precision]
@@ -319,7 +337,8 @@ def _train_lm(args: argparse.Namespace, out: TextIO, context, device) -> int:
     print(f"{split}: perplexity {math.exp(loss):.2f} (cross-entropy {loss:.3f} nats per token over "
           f"{n_tokens:,} tokens, windows of {args.context})", file=out, flush=True)
     path = args.out if args.out else f"lm-{args.positional}.pt"
-    meta = {"task": "lm", "data": data.name, "path": info.get("path"), "seed": args.seed, "context": args.context,
+    meta = {"task": "lm", "data": data.name, "path": info.get("path", info.get("root")), "seed": args.seed,
+            "context": args.context,
             "steps": history.steps, "seconds": history.seconds,
             "metrics": {"split": split, "perplexity": math.exp(loss), "cross_entropy": loss, "n_tokens": n_tokens}}
     save_lm_checkpoint(path, model, data.tokenizer, meta=meta)
@@ -342,7 +361,7 @@ def _generate(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
         tokens = tokenizer.tokenize(prompt)
         ids = torch.tensor([[eos, *tokenizer.vocab.encode(tokens)]], device=device)
         new = model.generate(ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                             generator=generator, eos_id=eos)[0, ids.shape[1]:].tolist()
+                             top_p=args.top_p, generator=generator, eos_id=eos)[0, ids.shape[1]:].tolist()
         new = new[:new.index(eos)] if eos in new else new
         return tokenizer.detokenize(tokens + tokenizer.vocab.decode(new))
 
