@@ -103,8 +103,10 @@ from .data import (
     load_english_lm,
     load_fra_eng,
     load_fra_eng_subwords,
+    load_python_lm,
 )
 from .decoding.protocol import Seq2SeqModel
+from .decoding.sampling import sample_next, top_k_filter, top_p_filter
 from .decoding.search import beam_search, decode_batch, default_max_len, greedy_decode, sequence_log_prob, translate
 from .metrics import bleu, corpus_bleu, detokenized_bleu, exact_match
 from .models.decoder_lm import (
@@ -218,6 +220,10 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
+    "top_p_filter",
+    "top_k_filter",
+    "sample_next",
+    "load_python_lm",
     "RotaryEmbedding",
     "SinkCache",
     "PagedKVCache",

@@ -543,13 +543,14 @@ class DecoderLM(nn.Module):
 
     @torch.no_grad()
     def generate(self, tokens: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
-                 top_k: int | None = None, generator: torch.Generator | None = None,
+                 top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
                  eos_id: int | None = None) -> torch.Tensor:
         r"""Continue each sequence token by token, with a key/value cache (:mod:`course_lib.decoding.generation`).
 
         Greedy (``temperature=0``) or sampled from :math:`\operatorname{softmax}(\mathbf z / \tau)` over the
-        ``top_k`` largest logits. Args and returns: as :func:`course_lib.decoding.generation.generate` with this
-        model; the prompt and its continuation must fit ``config.max_len`` when positions are added vectors.
+        ``top_k`` largest logits and within the nucleus of mass ``top_p``. Args and returns: as
+        :func:`course_lib.decoding.generation.generate` with this model; the prompt and its continuation must
+        fit ``config.max_len`` when positions are added vectors.
 
         Examples:
             >>> model = DecoderLM(DecoderLMConfig(vocab_size=20, num_hiddens=16, num_heads=4)).eval()
@@ -561,8 +562,8 @@ class DecoderLM(nn.Module):
         self._check_tokens(tokens, "tokens")
         check_non_negative_int(max_new_tokens, "max_new_tokens")
         self._check_max_len(tokens.shape[1] + max_new_tokens - 1)  # the last new token is never fed back
-        return generate(self, tokens, max_new_tokens, temperature=temperature, top_k=top_k, generator=generator,
-                        eos_id=eos_id)
+        return generate(self, tokens, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                        generator=generator, eos_id=eos_id)
 
     @classmethod
     def from_hf_llama(cls, model: nn.Module) -> DecoderLM:
