@@ -320,7 +320,7 @@ LIBRARY_ANSWERS = {
     "alias": ("ch01-ex-attention-weights", "pool = cl.softmax_attention\n\n\ndef attention_weights(queries, keys):\n"
               "    return pool(queries, keys, keys)[1]", "`pool`, which is course_lib's own softmax_attention"),
     "import": ("ch01-ex-attention-weights", "def attention_weights(queries, keys):\n"
-               "    from course_lib.masking import masked_softmax\n"
+               "    from course_lib.attention.masks import masked_softmax\n"
                "    return masked_softmax(queries @ keys.T, None)", "imports course_lib's own masked_softmax"),
     "built": ("ch01-ex-attention-weights", "def attention_weights(queries, keys):\n"
               "    return getattr(cl, 'softmax_' + 'attention')(queries, keys, keys)[1]", "while it was checked"),

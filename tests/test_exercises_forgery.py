@@ -1,4 +1,4 @@
-"""Answers that hand in the library's own implementation score 0 (course_lib/exercises/_forgery.py).
+"""Answers that hand in the library's own implementation score 0 (course_lib/teaching/exercises/_forgery.py).
 
 Each answer is written as a student writes it: the source of a notebook cell, compiled under a cell's file
 name and kept in linecache as IPython keeps it (the static look reads it from there), or compiled from a
@@ -43,13 +43,14 @@ def own(X, valid_lens):
 FORGERIES = {
     "wrapper": ("def answer(X, valid_lens):\n    return cl.masked_softmax(X, valid_lens)\n",
                 "as `cl.masked_softmax`"),
-    "wrapper through a submodule": ("def answer(X, valid_lens):\n    return cl.masking.masked_softmax(X, valid_lens)\n",
-                                    "as `cl.masking.masked_softmax`"),
+    "wrapper through a submodule": (
+        "def answer(X, valid_lens):\n    return cl.attention.masks.masked_softmax(X, valid_lens)\n",
+        "as `cl.attention.masks.masked_softmax`"),
     "alias": ("ms = cl.masked_softmax\n\ndef answer(X, valid_lens):\n    return ms(X, valid_lens)\n",
               "`ms`, which is course_lib's own masked_softmax"),
     "lambda": ("answer = lambda X, valid_lens: cl.masked_softmax(X, valid_lens)\n", "as `cl.masked_softmax`"),
     "import inside the function": (
-        "def answer(X, valid_lens):\n    from course_lib.masking import masked_softmax as m\n"
+        "def answer(X, valid_lens):\n    from course_lib.attention.masks import masked_softmax as m\n"
         "    return m(X, valid_lens)\n", "imports course_lib's own masked_softmax"),
     "module import inside the function": (
         "def answer(X, valid_lens):\n    import course_lib as L\n    return L.masked_softmax(X, valid_lens)\n",
@@ -151,7 +152,7 @@ class EncoderBlock(nn.Module):
 
 
 def test_every_reference_names_a_library_object():
-    from course_lib.exercises import _core, _forgery, list_exercises
+    from course_lib.teaching.exercises import _core, _forgery, list_exercises
 
     for exercise in list_exercises():
         for ref in _forgery.resolve(_core._REFERENCES[exercise]):

@@ -75,10 +75,14 @@ def _imports(source: str) -> set[str]:
     return set(re.findall(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", source, re.MULTILINE))
 
 
+#: How a setup cell starts (any version of it): :func:`write` replaces such a cell, else inserts one.
+SETUP_MARK = "# Setup, the same here and in Colab"
+
+
 def setup_cell(needs: list[str] = ()) -> str:
     """The setup cell, installing ``needs`` (``name>=version`` requirements) beside course_lib."""
     lines = [
-        f"# Setup, the same here and in Colab: installs course_lib {version()} where it",
+        f"{SETUP_MARK}: installs course_lib {version()} where it",
         "# is missing, from COURSE_LIB_SOURCE if set (any pip source), else from the",
         "# release's tag.",
         "import importlib.util",
@@ -154,12 +158,17 @@ def write() -> list[Path]:
     changed = []
     for path in chapter_notebooks():
         nb = nbformat.read(path, as_version=4)
-        first = next(c for c in nb.cells if c.cell_type == "code")
         cell = cell_for(path)
-        if first.source != cell:
-            first.source = cell
-            nbformat.write(nb, path)
-            changed.append(path)
+        first = next((c for c in nb.cells if c.cell_type == "code"), None)
+        if first is not None and first.source.startswith(SETUP_MARK):
+            if first.source == cell:
+                continue
+            first.source = cell  # only the source: outputs and metadata stay (nothing re-executed)
+        else:  # a new chapter without one: the cell goes before its first code cell
+            at = nb.cells.index(first) if first is not None else len(nb.cells)
+            nb.cells.insert(at, nbformat.v4.new_code_cell(cell))
+        nbformat.write(nb, path)
+        changed.append(path)
     return changed
 
 

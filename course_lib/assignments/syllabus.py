@@ -3,8 +3,11 @@
 Nothing on the page is typed twice: each chapter's reading time is the one its opening states ("Reading
 time: about 40 minutes (the main path; the collapsed blocks and exercises add about 35)"), its exercises and
 whether each is autograded or hand-graded come from the chapter itself (as ``make assignments`` sees them),
-the points from the points file. Only the plans, which chapters go in which week, are written here
-(:data:`PLANS`). After changing a chapter, the plans or the points, write the page again::
+the points from the points file, the chapters and their numbers from ``_toc.yml``. Only the plans, which
+chapters go in which week, are written here (:data:`PLANS`); a numbered chapter of ``_toc.yml`` that no plan
+names (a new one) is read, as optional, in each plan's last week, and a chapter a plan names that the book
+does not have yet is left out (:func:`plan_weeks`). After adding or changing a chapter, the plans or the
+points, write the page again::
 
     python -m course_lib.assignments syllabus
 
@@ -20,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 
-from ._book import BookIndex
+from ._book import BookIndex, toc_numbers
 from ._points import points_for
 from .generation import exercise_table
 
@@ -44,7 +47,8 @@ PLANS: dict[str, tuple[str, tuple[Week, ...], str]] = {
         Week("The Transformer", ("06_positional_encoding", "07_transformer_architecture")),
         Week("Training and translating", ("08_training_and_inference", "08b_translation")),
         Week("Long sequences and fast attention", ("09_sparse_attention", "10_efficient_attention")),
-        Week("Today's decoder, and a GPT of your own", ("11_modern_decoder",)),
+        Week("Today's decoder, and a GPT of your own", ("11_modern_decoder",),
+             optional=("13_serving", "13b_speculative_decoding")),
     ), "the whole capstone: the model, its training loop and its evaluation, written and trained by the "
        "student (about 6 hours), graded by its checkers and a short report"),
     "four": ("Four weeks", (
@@ -52,10 +56,32 @@ PLANS: dict[str, tuple[str, tuple[Week, ...], str]] = {
                                                  "03_scoring_functions", "04_bahdanau_attention")),
         Week("The Transformer", ("05_multihead_attention", "06_positional_encoding", "07_transformer_architecture")),
         Week("Training and translating", ("08_training_and_inference", "08b_translation")),
-        Week("Attention today", ("10_efficient_attention", "11_modern_decoder"), optional=("09_sparse_attention",)),
+        Week("Attention today", ("10_efficient_attention", "11_modern_decoder"),
+             optional=("09_sparse_attention", "13_serving", "13b_speculative_decoding")),
     ), "the capstone's autograded exercises, with one training run of at most 10 minutes on a laptop CPU "
        "(about 3 hours)"),
 }
+
+def numbered_chapters(book_dir: str | Path) -> list[str]:
+    """The numbered pages of the book (chapters and their sections), in ``_toc.yml``'s order, that exist."""
+    book_dir = Path(book_dir)
+    return [page for page in toc_numbers(book_dir.parent / "_toc.yml") if (book_dir / f"{page}.ipynb").is_file()]
+
+
+def plan_weeks(weeks: tuple[Week, ...], chapters: list[str]) -> tuple[Week, ...]:
+    """A plan's weeks for the book's numbered ``chapters`` (``_toc.yml`` order).
+
+    A chapter the plan names that is not in ``chapters`` is left out; one of ``chapters`` that the plan
+    does not name (and that is not the capstone, the project) is read, as optional, in the last week.
+    """
+    named = {c for week in weeks for c in (*week.chapters, *week.optional)}
+    new = tuple(c for c in chapters if c not in named and c != CAPSTONE)
+    present = set(chapters)
+    out = [Week(week.theme, tuple(c for c in week.chapters if c in present),
+                tuple(c for c in week.optional if c in present)) for week in weeks]
+    out[-1] = Week(out[-1].theme, out[-1].chapters, out[-1].optional + new)
+    return tuple(out)
+
 
 _READING = re.compile(
     r"Reading time:\*\*\s+about\s+(?P<main>\d+)\s+minutes.*?add\s+(?:about\s+)?(?P<extra>\d+(?:½)?)"
@@ -75,6 +101,13 @@ def reading_time(nb: nbformat.NotebookNode) -> tuple[int, int]:
     raise ValueError("the chapter states no reading time ('**Reading time:** about N minutes (... add about M)')")
 
 
+def _reading_time_of(path: Path) -> tuple[int, int]:
+    try:
+        return reading_time(nbformat.read(path, as_version=4))
+    except ValueError as error:
+        raise ValueError(f"{path.name}: {error}") from None
+
+
 def _hours(minutes: int) -> str:
     hours, rest = divmod(minutes, 60)
     return f"{hours} h {rest:02d} min" if hours else f"{rest} min"
@@ -85,8 +118,8 @@ def syllabus_markdown(book_dir: str | Path) -> str:
     book_dir = Path(book_dir)
     index = BookIndex.from_book(book_dir)
     table = exercise_table(book_dir)
-    times = {p.stem: reading_time(nbformat.read(p, as_version=4)) for p in sorted(book_dir.glob("[0-9]*.ipynb"))
-             if p.stem in table}
+    chapters = numbered_chapters(book_dir)
+    times = {c: _reading_time_of(book_dir / f"{c}.ipynb") for c in chapters}
     points = {c: points_for(c, [label for label, _, _ in entries]) for c, entries in table.items()}
     capstone = f"{{doc}}`{CAPSTONE}`" if (book_dir / f"{CAPSTONE}.ipynb").is_file() else (
         f"*{CAPSTONE_TITLE}*, the chapter after chapter 11")
@@ -112,6 +145,7 @@ def syllabus_markdown(book_dir: str | Path) -> str:
         "decoder-only language model and its training loop, shows it equal to the library's, and trains it.",
     ]
     for key, (title, weeks, project) in PLANS.items():
+        weeks = plan_weeks(weeks, chapters)
         summary = ["| Week | Chapters | Main path | With exercises | Autograded | Hand-graded |",
                    "|---|---|---|---|---|---|"]
         details = []
