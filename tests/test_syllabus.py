@@ -82,4 +82,4 @@ def test_every_exercise_is_listed_as_autograded_or_hand_graded():
     for entries in exercise_table(BOOK).values():
         for label, _, manual in entries:
             line = next(line for line in six.splitlines() if f"{{ref}}`{label}`" in line)
-            assert line.startswith("- Hand-graded" if manual else "- Autograded"), (label, line)
+            assert line.strip().startswith("- Hand-graded" if manual else "- Autograded"), (label, line)

@@ -129,6 +129,14 @@ def syllabus_markdown(book_dir: str | Path) -> str:
         total = sum(points[c][label] for c, label in found)
         return ", ".join(f"{{ref}}`{label}`" for _, label in found) or "none", total
 
+    def graded(chapters: tuple[str, ...], indent: str, which: str) -> list[str]:
+        out = []
+        for kind, manual in (("Autograded", False), ("Hand-graded", True)):
+            found, total = exercises(chapters, manual)
+            out.append(f"{indent}- {kind}{which} ({total:g} points): {found}." if total else
+                       f"{indent}- {kind}{which}: none.")
+        return out
+
     lines = [
         "# Syllabus",
         "",
@@ -154,8 +162,8 @@ def syllabus_markdown(book_dir: str | Path) -> str:
             main = sum(times[c][0] for c in week.chapters)
             extra = sum(times[c][1] for c in week.chapters)
             total_main, total_extra = total_main + main, total_extra + extra
-            auto, auto_points = exercises(week.chapters, manual=False)
-            hand, hand_points = exercises(week.chapters, manual=True)
+            _, auto_points = exercises(week.chapters, manual=False)
+            _, hand_points = exercises(week.chapters, manual=True)
             numbers = ", ".join(index.numbers.get(c, "") for c in week.chapters)
             if week.optional:
                 numbers += " (" + ", ".join(index.numbers.get(c, "") for c in week.optional) + " optional)"
@@ -164,16 +172,15 @@ def syllabus_markdown(book_dir: str | Path) -> str:
             read = ", ".join(f"{{doc}}`{c}` ({index.numbers.get(c, '')})" for c in week.chapters)
             details += ["", f"**Week {n}: {week.theme}.**", "",
                         f"- Read: {read}; {_hours(main)}, {_hours(main + extra)} with the exercises."]
+            details += graded(week.chapters, "", "")
             if week.optional:
                 details.append("- Optional: " + ", ".join(f"{{doc}}`{c}` ({index.numbers.get(c, '')})"
                                                         for c in week.optional) + ".")
-            details += [f"- Autograded ({auto_points:g} points): {auto}." if auto_points else "- Autograded: none.",
-                        f"- Hand-graded ({hand_points:g} points): {hand}." if hand_points else "- Hand-graded: none."]
+                details += graded(week.optional, "  ", ", optional")
             if n == len(weeks):
                 details.append(f"- Project: {capstone}: {project}.")
                 if CAPSTONE in table:
-                    auto, auto_points = exercises((CAPSTONE,), manual=False)
-                    details.append(f"  Its autograded exercises ({auto_points:g} points): {auto}.")
+                    details += graded((CAPSTONE,), "  ", "")
         lines += ["", f"(syllabus-{key})=", f"## {title}", "", *summary, "",
                   f"In all: {_hours(total_main)} of reading, {_hours(total_main + total_extra)} with the exercises, "
                   f"and the project in week {len(weeks)}.", *details]
