@@ -168,7 +168,10 @@ class SwiGLU(nn.Module):
 
     def compute(self, X: torch.Tensor) -> torch.Tensor:
         """:meth:`forward` without the argument check (a model's blocks call it on checked inputs)."""
-        gate, up = stacked_linear(X, (self.W_gate, self.W_up), self._gate_up).chunk(2, dim=-1)  # one product
+        if torch.is_grad_enabled():  # training: two products, so that silu(gate) * up reads contiguous halves
+            gate, up = nn.functional.linear(X, self.W_gate.weight), nn.functional.linear(X, self.W_up.weight)
+        else:  # decoding, evaluation: one product with the stacked weights, read from the input once
+            gate, up = stacked_linear(X, (self.W_gate, self.W_up), self._gate_up).chunk(2, dim=-1)
         return nn.functional.linear(nn.functional.silu(gate) * up, self.W_down.weight)
 
 

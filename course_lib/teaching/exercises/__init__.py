@@ -38,6 +38,7 @@ from . import (  # noqa: E402,F401  isort: skip
     nadaraya_watson,
     positional,
     scoring,
+    serving,
     sparse,
     training,
     transformer,
