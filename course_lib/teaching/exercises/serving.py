@@ -119,7 +119,8 @@ def _blocks_by_simulation(prompt: int, samples: int, generated: int, block_size:
 
 @checker("serving.blocks_with_sharing",
          "blocks_with_sharing(prompt, samples, generated, block_size): the paged blocks of several samples of one "
-         "prompt, full prompt blocks shared, the partial one copied on write")
+         "prompt, full prompt blocks shared, the partial one copied on write",
+         references=("attention.cache.PagedKVCache", "attention.cache.BlockPool"))
 def check_blocks_with_sharing(answer: Callable) -> int:
     def draw(g: torch.Generator) -> list[tuple[int, int, int, int]]:
         return [(integer(g, 1, 200), integer(g, 1, 8), integer(g, 1, 60), integer(g, 1, 16)) for _ in range(4)] + [
@@ -171,7 +172,8 @@ def _held(n: int, window: int, sinks: int) -> torch.Tensor:
 
 
 @checker("serving.sink_mask",
-         "sink_mask(n, window, sinks): the keep-mask of full attention equal to decoding with StreamingLLM's cache")
+         "sink_mask(n, window, sinks): the keep-mask of full attention equal to decoding with StreamingLLM's cache",
+         references=("attention.cache.SinkCache",))
 def check_sink_mask(answer: Callable) -> int:
     def draw(gen: torch.Generator) -> list[tuple[int, int, int]]:
         cases = []
