@@ -217,7 +217,13 @@ def test_a_score_modifier_equals_flex_attentions_score_mod_in_eager_mode(name):
     bias = mod.materialize(5, 9, batch=B, heads=H, dtype=torch.float64)
     torch.testing.assert_close(out, SETUPS[name][1](q, k, v, None, True, bias)[0], rtol=0, atol=1e-12)
     if name in ("fused", "explicit", "flash"):  # the plain softmax kernels: flex_attention itself
-        torch.testing.assert_close(out, _flex(q, k, v, mod.flex(5, 9), True), rtol=0, atol=1e-12)
+        try:
+            reference = _flex(q, k, v, mod.flex(5, 9), True)
+        except ValueError as error:  # torch 2.5 (the lower bound): flex_attention takes power-of-2 head sizes only
+            if "non power of 2" not in str(error):
+                raise
+            pytest.skip(f"this torch's flex_attention refuses head sizes 6 and 7: {error}")
+        torch.testing.assert_close(out, reference, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", NAMES)
