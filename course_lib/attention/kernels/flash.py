@@ -5,11 +5,11 @@ its row-wise softmax :math:`\mathbf P` and then :math:`\mathbf O = \mathbf P\mat
 on a GPU O(n^2) reads and writes of slow main memory (HBM). FlashAttention (Dao et al. 2022) computes the
 same :math:`\mathbf O` without ever holding :math:`\mathbf S` or :math:`\mathbf P`, tile by tile, with the softmax
 over each row assembled *online* (Milakov & Gimelshein 2018). This module runs **FlashAttention-2's** loop
-order and bookkeeping (Dao 2023): the queries are cut into blocks of ``block_q`` rows (the outer loop) and
-the keys and values into blocks of ``block_k`` rows (the inner loop). With the running maximum :math:`m`,
-the running denominator :math:`\ell` and the unnormalised output :math:`\tilde{\mathbf o}` of a query, kept
-on chip for the whole inner loop, a new tile of scores :math:`\mathbf s` (and its values :math:`\mathbf V_j`)
-updates them as
+order and bookkeeping (Dao 2024, ICLR; arXiv:2307.08691, 2023): the queries are cut into blocks of
+``block_q`` rows (the outer loop) and the keys and values into blocks of ``block_k`` rows (the inner loop).
+With the running maximum :math:`m`, the running denominator :math:`\ell` and the unnormalised output
+:math:`\tilde{\mathbf o}` of a query, kept on chip for the whole inner loop, a new tile of scores
+:math:`\mathbf s` (and its values :math:`\mathbf V_j`) updates them as
 
 .. math::
    m' = \max(m, \max_j s_j),\qquad
@@ -293,7 +293,7 @@ def flash_io(n_queries: int, n_keys: int, d: int, block_q: int = 128, block_k: i
              mask: torch.Tensor | None = None, *, causal: bool = False, d_v: int | None = None) -> FlashIO:
     r"""Count the main-memory reads and writes of :func:`flash_attention`'s forward pass (one batch row, one head).
 
-    FlashAttention-2's order (Dao 2023): the outer loop reads each query block once (if it computes any
+    FlashAttention-2's order (Dao 2024): the outer loop reads each query block once (if it computes any
     tile), the inner loop reads each key and value block once per tile computed, and each output block
     and its log-sum-exp are written once at the end. Without skipped tiles, K and V are read
     :math:`T_q = \lceil n_q / B_q \rceil` times: :math:`2 T_q n_k d` elements. With an on-chip memory of
@@ -415,7 +415,7 @@ def _flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tiles: _Ti
                    block_k: int, rows: list[list[tuple[int, bool]]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Output (..., n_q, d_v) and log-sum-exp (..., n_q) of checked (..., n, d) inputs whose leading axes broadcast.
 
-    FlashAttention-2's forward loop (Dao 2023, Algorithm 1): query blocks outside, key/value blocks inside.
+    FlashAttention-2's forward loop (Dao 2024, Algorithm 1): query blocks outside, key/value blocks inside.
     """
     n_q, n_k, work = q.shape[-2], k.shape[-2], _work_dtype(q.dtype)
     lead = tiles.lead
@@ -451,7 +451,7 @@ def _flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torc
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv by recomputation: each tile's weights are rebuilt from q, k and the log-sum-exp.
 
-    FlashAttention-2's backward loop (Dao 2023, Algorithm 2): key/value blocks outside, query blocks inside.
+    FlashAttention-2's backward loop (Dao 2024, Algorithm 2): key/value blocks outside, query blocks inside.
     """
     n_q, n_k, work = q.shape[-2], k.shape[-2], _work_dtype(q.dtype)
     lead = out.shape[:-2]
@@ -526,7 +526,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
                     *, causal: bool = False, block_q: int = 128, block_k: int = 128, return_lse: bool = False,
                     scale: float | None = None,
                     score_mod: ScoreMod | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    r"""Softmax attention tile by tile with the online softmax: FlashAttention-2 (Dao 2023), forward and backward.
+    r"""Softmax attention tile by tile with the online softmax: FlashAttention-2 (Dao 2024), forward and backward.
 
     Equal to ``scaled_dot_product_attention(q, k, v, mask)`` up to rounding, without the
     (n_q, n_k) matrix: see the module :mod:`course_lib.attention.kernels.flash` for the recurrences. The loop
