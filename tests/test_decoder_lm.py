@@ -34,9 +34,9 @@ from course_lib import (  # noqa: E402
     LearnedPositionalEmbedding,
     PositionalEncoding,
     RMSNorm,
-    RotaryKernel,
     SwiGLU,
     recording_attention,
+    sample_next,
     sinusoidal_table,
     swiglu_hidden_size,
 )
@@ -135,7 +135,7 @@ def _hf_layer_and_block(theta=10000.0, kv_heads=2):
     """A LlamaDecoderLayer from a local config and a DecoderLMBlock with its weights copied (float64)."""
     config = _hf_config(kv_heads=kv_heads, theta=theta)
     layer = _randomize(LlamaDecoderLayer(config, layer_idx=0).double().eval())
-    block = DecoderLMBlock(D, HEADS, FFN, num_kv_heads=kv_heads, kernel=RotaryKernel(base=theta),
+    block = DecoderLMBlock(D, HEADS, FFN, num_kv_heads=kv_heads, rope_base=theta,
                            norm_eps=config.rms_norm_eps).double().eval()
     a, m = layer.self_attn, layer.mlp
     block.load_state_dict({
@@ -329,7 +329,19 @@ def test_step_leaves_the_given_state_unchanged():
     assert reordered.batch_size == 3 and state.batch_size == 2
 
 
-def _uncached_generation(lm, tokens, steps, temperature, top_k, generator):
+def _nucleus(logits, top_p):
+    """Row by row, the most likely tokens until their probability reaches top_p (sorted, then cut)."""
+    out = torch.full_like(logits, -math.inf)
+    for row, z in enumerate(logits):
+        probs, mass = torch.softmax(z, -1), 0.0
+        for i in sorted(range(len(z)), key=lambda j: -z[j].item()):
+            if mass >= top_p:
+                break
+            out[row, i], mass = z[i], mass + probs[i].item()
+    return out
+
+
+def _uncached_generation(lm, tokens, steps, temperature, top_k, generator, top_p=None):
     """The definition, without a cache: the whole sequence through forward at every step."""
     for _ in range(steps):
         logits = lm(tokens)[:, -1]
@@ -339,6 +351,8 @@ def _uncached_generation(lm, tokens, steps, temperature, top_k, generator):
             logits = logits / temperature
             if top_k is not None:
                 logits = logits.masked_fill(logits < logits.topk(top_k).values[:, -1:], -math.inf)
+            if top_p is not None:
+                logits = _nucleus(logits, top_p)
             nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)[:, 0]
         tokens = torch.cat([tokens, nxt[:, None]], 1)
     return tokens
@@ -353,20 +367,40 @@ def test_greedy_generation_equals_hugging_faces_generate():
     assert torch.equal(lm.generate(prompt, 12, temperature=0.0), expected)
 
 
-@pytest.mark.parametrize("temperature, top_k", [(0.0, None), (1.0, None), (0.7, 5)])
-def test_cached_generation_equals_uncached_generation(temperature, top_k):
+@pytest.mark.parametrize("temperature, top_k, top_p", [(0.0, None, None), (1.0, None, None), (0.7, 5, None),
+                                                       (1.0, None, 0.6), (0.8, 6, 0.9)])
+def test_cached_generation_equals_uncached_generation(temperature, top_k, top_p):
     lm = _own_model()
     prompt = torch.randint(0, VOCAB, (3, 4), generator=torch.Generator().manual_seed(5))
-    cached = lm.generate(prompt, 15, temperature=temperature, top_k=top_k, generator=torch.Generator().manual_seed(6))
+    cached = lm.generate(prompt, 15, temperature=temperature, top_k=top_k, top_p=top_p,
+                         generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
-        uncached = _uncached_generation(lm, prompt, 15, temperature, top_k, torch.Generator().manual_seed(6))
+        uncached = _uncached_generation(lm, prompt, 15, temperature, top_k, torch.Generator().manual_seed(6), top_p)
     assert torch.equal(cached, uncached)
+
+
+def test_generation_draws_each_token_with_sample_next():
+    lm = _own_model()
+    prompt = torch.randint(0, VOCAB, (2, 3), generator=torch.Generator().manual_seed(8))
+    options = {"temperature": 0.9, "top_k": 7, "top_p": 0.8}
+    out = lm.generate(prompt, 10, generator=torch.Generator().manual_seed(9), **options)
+    g, tokens = torch.Generator().manual_seed(9), prompt
+    with torch.no_grad():
+        for _ in range(10):
+            tokens = torch.cat([tokens, sample_next(lm(tokens)[:, -1], generator=g, **options)[:, None]], 1)
+    assert torch.equal(out, tokens)
+    assert torch.equal(lm.generate(prompt, 10, top_p=0.0, generator=g), lm.generate(prompt, 10, temperature=0.0))
 
 
 def test_generation_runs_one_position_per_step_after_the_prompt():
     lm = _own_model()
-    lengths = []
-    lm.blocks[0].register_forward_hook(lambda module, args, out: lengths.append(args[0].shape[1]))
+    lengths, compute = [], lm.blocks[0].compute
+
+    def recorded(X, *args, **kwargs):  # the positions the first block runs at each call
+        lengths.append(X.shape[1])
+        return compute(X, *args, **kwargs)
+
+    lm.blocks[0].compute = recorded
     lm.generate(torch.zeros(2, 3, dtype=torch.long), 5)
     assert lengths == [3, 1, 1, 1, 1]  # the prompt once, then one new token per step (the cache holds the rest)
 
@@ -462,6 +496,8 @@ def test_alibi_and_no_position_models_accept_any_head_size():
     (lambda lm: lm(torch.zeros(3, dtype=torch.long)), ValueError, "2-D"),
     (lambda lm: lm.generate(torch.zeros(1, 2, dtype=torch.long), -1), ValueError, "max_new_tokens"),
     (lambda lm: lm.generate(torch.zeros(1, 2, dtype=torch.long), 2, temperature=-0.5), ValueError, "temperature"),
+    (lambda lm: lm.generate(torch.zeros(1, 2, dtype=torch.long), 2, top_p=1.5), ValueError, r"top_p must be in \["),
+    (lambda lm: lm.generate(torch.zeros(1, 2, dtype=torch.long), 2, top_p="0.5"), TypeError, "top_p"),
     (lambda lm: lm.generate(torch.zeros(1, 2, dtype=torch.long), 2, top_k=0), ValueError, "top_k"),
     (lambda lm: lm.generate(torch.zeros(1, 2, dtype=torch.long), 2, generator=0), TypeError, "generator"),
     (lambda lm: lm.generate(torch.zeros(1, 2, dtype=torch.long), 2, eos_id=64), ValueError, "eos_id"),

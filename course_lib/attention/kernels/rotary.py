@@ -37,7 +37,7 @@ from ..masks import MaskMod, query_offset
 from ..score_mods import ScoreMod
 from .fused import fused_kernel
 
-__all__ = ["RotaryKernel", "rotary_embedding", "rotary_frequencies", "rotary_permutation"]
+__all__ = ["RotaryEmbedding", "RotaryKernel", "rotary_embedding", "rotary_frequencies", "rotary_permutation"]
 
 
 def _check_head_size(head_size: object, name: str = "head_size") -> int:
@@ -101,7 +101,11 @@ def _angles(positions: torch.Tensor, head_size: int, base: float) -> torch.Tenso
 
 def _rotate(x: torch.Tensor, angles: torch.Tensor, interleaved: bool) -> torch.Tensor:
     """Turn pair i of ``x`` (..., T, d_h) by ``angles`` (..., T, d_h / 2), in the given layout."""
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    return _turn(x, angles.cos().to(x.dtype), angles.sin().to(x.dtype), interleaved)
+
+
+def _turn(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
+    """Turn pair i of ``x`` (..., T, d_h) by the angle whose cosine and sine are given, (..., T, d_h / 2)."""
     if interleaved:
         x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., T, d_h / 2) each: the pairs (x_2i, x_2i+1)
         return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
@@ -223,3 +227,67 @@ class RotaryKernel:
         k = _rotate(k, angles[angles.shape[0] - n_k:], self.interleaved)
         return self.inner(q, k, v, mask, causal=causal, dropout_p=dropout_p, scale=scale, score_mod=score_mod,
                           need_weights=need_weights)
+
+
+class RotaryEmbedding:
+    r"""RoPE where a model makes its keys: each key rotated once, at its position, before it enters the cache.
+
+    :class:`RotaryKernel` rotates the queries and *all* keys at every call, so that the cache holds unrotated
+    keys and a decoding step re-rotates the whole cache (O(T) work per step, per layer). Serving engines
+    (Hugging Face, vLLM, llama.cpp) rotate each new key once, at its absolute position, and cache it rotated:
+    since a score depends only on the difference of positions, the two give the same attention (tested).
+    A :class:`~course_lib.MultiHeadAttention` given ``rotary=RotaryEmbedding(...)`` does this: the new queries
+    and keys are rotated at positions ``cache.position, cache.position + 1, ...`` before the cache's update.
+
+    The cosines and sines of every position are kept in a table (angles in float64, as
+    :func:`rotary_embedding` computes them, cast to the inputs' dtype), extended by doubling when a longer
+    sequence comes, so a step looks its positions up instead of computing them.
+
+    Args:
+        head_size: :math:`d_h`, even.
+        base: of the frequencies (:func:`rotary_frequencies`); > 1.
+        interleaved: the pair layout (:func:`rotary_embedding`).
+
+    Examples:
+        >>> rope = RotaryEmbedding(4)
+        >>> x = torch.randn(1, 2, 3, 4)  # (B, H, T, d_h)
+        >>> torch.allclose(rope(x, start=5), rotary_embedding(x, positions=[5, 6, 7]))
+        True
+    """
+
+    def __init__(self, head_size: int, base: float = 10000.0, *, interleaved: bool = False) -> None:
+        self.head_size = _check_head_size(head_size)
+        self.base = check_real(base, "base", greater_than=1.0)
+        self.interleaved = check_bool(interleaved, "interleaved")
+        self._tables: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __repr__(self) -> str:
+        layout = ", interleaved=True" if self.interleaved else ""
+        return f"RotaryEmbedding({self.head_size}, base={self.base:g}{layout})"
+
+    def table(self, stop: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cosines and sines of positions ``0 .. stop - 1`` at least: two (n, d_h / 2) tensors, n >= ``stop``.
+
+        Examples:
+            >>> cos, sin = RotaryEmbedding(4, base=100.0).table(2, torch.device("cpu"), torch.float64)
+            >>> cos[1].tolist()  # cos(1 x 1), cos(1 x 0.1)
+            [0.5403023058681398, 0.9950041652780258]
+        """
+        key = (device, dtype)
+        cos, sin = self._tables.get(key, (None, None))
+        if cos is None or cos.shape[0] < stop:
+            n = max(stop, 64, 2 * (0 if cos is None else cos.shape[0]))
+            angles = _angles(torch.arange(n, device=device), self.head_size, self.base)
+            cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+            self._tables[key] = (cos, sin)
+        return cos, sin
+
+    def __call__(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Rotate ``x`` (..., T, d_h) at the positions ``start .. start + T - 1``.
+
+        Returns:
+            Shaped and typed like ``x``.
+        """
+        n = x.shape[-2]
+        cos, sin = self.table(start + n, x.device, x.dtype)
+        return _turn(x, cos[start:start + n], sin[start:start + n], self.interleaved)
