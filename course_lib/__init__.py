@@ -44,7 +44,15 @@ from .attention.kernels.linear import (
     linear_attention_step,
     nadaraya_watson_attention,
 )
-from .attention.kernels.rotary import RotaryKernel, rotary_embedding, rotary_frequencies, rotary_permutation
+from .attention.kernels.rotary import (
+    RotaryKernel,
+    apply_rotary,
+    rope_angles,
+    rope_scaling_parameters,
+    rotary_embedding,
+    rotary_frequencies,
+    rotary_permutation,
+)
 from .attention.kernels.sliding_window import SlidingWindowKernel
 from .attention.masks import (
     MaskMod,
@@ -282,6 +290,7 @@ __all__ = [
     "additive_scores",
     "alibi_bias",
     "alibi_slopes",
+    "apply_rotary",
     "attend",
     "attention_modules",
     "attention_pool",
@@ -354,6 +363,8 @@ __all__ = [
     "progress",
     "progress_mode",
     "recording_attention",
+    "rope_angles",
+    "rope_scaling_parameters",
     "rotary_embedding",
     "rotary_frequencies",
     "rotary_permutation",

@@ -47,7 +47,7 @@ from .._validation import (
 from ..attention.cache import KVCache
 from ..attention.contract import AttentionKernel
 from ..attention.kernels.alibi import ALiBiKernel
-from ..attention.kernels.rotary import RotaryKernel
+from ..attention.kernels.rotary import RotaryKernel, _check_rope_scaling
 from ..attention.multihead import MultiHeadAttention
 from ..attention.registry import attention_kernel, check_kernel_fields
 from ..decoding.generation import generate
@@ -244,6 +244,10 @@ class DecoderLMConfig:
         max_len: the positions an added encoding covers (``"sinusoidal"``, ``"learned"``); longer inputs are
             refused. Rotary, ALiBi and no positions have no such limit.
         rope_base: the base of the rotary frequencies (Llama 2: 10000; Llama 3: 500000).
+        rope_scaling: ``None``, or a RoPE scaling for contexts longer than the training one, a dict of plain
+            values named as Hugging Face's ``rope_parameters`` (``{"rope_type": "yarn", "factor": 4.0,
+            "original_max_position_embeddings": 512}``; the types and their fields:
+            :func:`~course_lib.rope_scaling_parameters`); rotary positions only.
         norm_eps: the RMSNorms' epsilon.
         dropout: one rate for the attention weights, the sublayer outputs and the embeddings.
         tie_embeddings: the output layer reuses the embedding matrix (GPT-2 and small models do; Llama
@@ -275,6 +279,7 @@ class DecoderLMConfig:
     multiple_of: int = 32
     positional: Literal["rotary", "alibi", "none", "sinusoidal", "learned"] = "rotary"
     rope_base: float = 10000.0
+    rope_scaling: dict | None = None
     norm_eps: float = 1e-6
     dropout: float = 0.0
     tie_embeddings: bool = False
@@ -295,6 +300,11 @@ class DecoderLMConfig:
             check_even(self.head_size, f"the head size num_hiddens / num_heads = {self.num_hiddens} / {self.num_heads}",
                        "rotary positions turn pairs of features")
         check_real(self.rope_base, "rope_base", greater_than=1.0)
+        if self.rope_scaling is not None:
+            _check_rope_scaling(self.rope_scaling, "rope_scaling")
+            if self.positional != "rotary":
+                raise ValueError(f"rope_scaling scales rotary positions, but positional={self.positional!r}")
+            object.__setattr__(self, "rope_scaling", dict(self.rope_scaling))  # a copy: the config is frozen
         check_real(self.norm_eps, "norm_eps", greater_than=0.0)
         check_probability(self.dropout, "dropout")
         check_bool(self.tie_embeddings, "tie_embeddings")
@@ -306,10 +316,12 @@ class DecoderLMConfig:
         Examples:
             >>> DecoderLMConfig(vocab_size=10).attention_kernel()
             RotaryKernel(fused_kernel, base=10000)
+            >>> DecoderLMConfig(vocab_size=10, rope_scaling={"rope_type": "linear", "factor": 4.0}).attention_kernel()
+            RotaryKernel(fused_kernel, base=10000, scaling={'rope_type': 'linear', 'factor': 4.0})
         """
         inner = attention_kernel(self.kernel, **self.kernel_options)
         if self.positional == "rotary":
-            return RotaryKernel(inner, base=self.rope_base)
+            return RotaryKernel(inner, base=self.rope_base, scaling=self.rope_scaling)
         if self.positional == "alibi":
             return ALiBiKernel(inner)
         return inner
