@@ -20,7 +20,7 @@ and ``nadaraya_watson``. Everything a notebook uses is importable from here, fla
 
 from . import data
 from .attention import sparse
-from .attention.cache import KVCache, SlidingWindowCache
+from .attention.cache import BlockPool, Cache, KVCache, PagedKVCache, SinkCache, SlidingWindowCache
 from .attention.contract import AttentionKernel, Capabilities, repeat_kv
 from .attention.kernels.alibi import ALiBiKernel, alibi_bias, alibi_mod, alibi_slopes
 from .attention.kernels.explicit import explicit_kernel
@@ -45,6 +45,7 @@ from .attention.kernels.linear import (
     nadaraya_watson_attention,
 )
 from .attention.kernels.rotary import (
+    RotaryEmbedding,
     RotaryKernel,
     apply_rotary,
     rope_angles,
@@ -105,8 +106,10 @@ from .data import (
     load_english_lm,
     load_fra_eng,
     load_fra_eng_subwords,
+    load_python_lm,
 )
 from .decoding.protocol import Seq2SeqModel
+from .decoding.sampling import sample_next, top_k_filter, top_p_filter
 from .decoding.search import beam_search, decode_batch, default_max_len, greedy_decode, sequence_log_prob, translate
 from .metrics import bleu, corpus_bleu, detokenized_bleu, exact_match
 from .models.decoder_lm import (
@@ -220,6 +223,15 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
+    "top_p_filter",
+    "top_k_filter",
+    "sample_next",
+    "load_python_lm",
+    "RotaryEmbedding",
+    "SinkCache",
+    "PagedKVCache",
+    "Cache",
+    "BlockPool",
     "query_positions",
     "repeat_kv",
     "register_kernel",

@@ -10,6 +10,7 @@ Usage::
     python -m course_lib translate --checkpoint dates.pt < dates.txt   # one output line per input line
     python -m course_lib train --task lm --minutes 3 --out lm.pt  # a decoder-only LM on English sentences
     python -m course_lib train --task lm --data my_text.txt --positional alibi --context 128
+    python -m course_lib train --task lm --corpus python --epochs 1   # on the standard library's source
     python -m course_lib generate --checkpoint lm.pt "The cat" ""   # continue a prompt; "" starts afresh
 
 ``--minutes`` bounds the training; the held-out evaluation that follows is not counted (beam search over
@@ -39,6 +40,7 @@ __all__ = ["main", "build_parser"]
 PROG = "python -m course_lib"
 SUBWORD_VOCAB_SIZE = 2000
 LM_VOCAB_SIZE = 1000  # the English sentences of fra-eng are ~80k tokens: a larger vocabulary sees few of each
+PYTHON_VOCAB_SIZE = 2048  # the standard library's source: ~660k training tokens (chapter 12)
 LM_CONTEXT = 64
 TRANSLATION_TASKS = ("dates", "fra-eng")
 POSITIONAL = ("rotary", "alibi", "none", "sinusoidal", "learned")
@@ -75,6 +77,7 @@ _positive_float = _argument_type(float, "a number", lambda v: v > 0 and math.isf
 _positive_int = _argument_type(int, "an integer", lambda v: v > 0, "must be a positive integer")
 _fraction = _argument_type(float, "a number", lambda v: 0.0 <= v < 1.0, "must be in [0, 1)")
 _seed = _argument_type(int, "an integer", lambda v: 0 <= v < 2**32, "must be in [0, 2**32)")
+_probability = _argument_type(float, "a number", lambda v: 0.0 <= v <= 1.0, "must be in [0, 1]")
 _non_negative_float = _argument_type(float, "a number", lambda v: v >= 0 and math.isfinite(v),
                                      "must be a number >= 0")
 # The device types the library runs on (torch.device accepts more: meta, hpu, ...).
@@ -152,12 +155,16 @@ def build_parser() -> argparse.ArgumentParser:
                             "(the English side of the fra-eng file, or any text file)")
     train.add_argument("--data", metavar="PATH",
                        help="fra-eng: a tab-separated file of sentence pairs; lm: a text file, one sentence a "
-                            "line (its first tab-separated column) (default: fra-eng/fra.txt in the folder "
-                            "COURSE_DATA_DIR names, else in ../shared/data)")
+                            "line (its first tab-separated column), or with --corpus python a folder of .py "
+                            "modules (default: fra-eng/fra.txt in the folder COURSE_DATA_DIR names, else in "
+                            "../shared/data; with --corpus python, the standard library)")
     train.add_argument("--download", action="store_true",
                        help="fra-eng and lm without --data: when there is no copy of the English-French pairs, "
                             "download D2L's archive (SHA-1 checked) into $COURSE_CACHE_DIR or ~/.cache/course_lib "
                             "(nothing is downloaded without it)")
+    train.add_argument("--corpus", choices=["english", "python"],
+                       help="lm only: english, the sentences of --data (default), or python, the standard "
+                            "library's modules split by file (--data: another folder of .py files)")
     train.add_argument("--vocab", choices=["subword", "word"],
                        help="fra-eng only: byte-level BPE learned on the training split (no <unk>, default) or "
                             "the chapters' word-level vocabulary")
@@ -218,6 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="sampling temperature; 0 is greedy decoding (default: %(default)s)")
     gen.add_argument("--top-k", type=_positive_int, default=50,
                      help="sample among the k most likely tokens (default: %(default)s)")
+    gen.add_argument("--top-p", type=_probability, help="then sample within the nucleus of this probability mass "
+                                                       "(top-p, in [0, 1]; default: off)")
     gen.add_argument("--seed", type=_seed, default=0, help="of the sampling (default: %(default)s)")
     gen.add_argument("--device", type=_device, help="default: CUDA, then MPS, then the CPU")
     return parser
@@ -238,12 +247,17 @@ def _check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
             if getattr(args, option) is not None:
                 parser.error(f"--{option.replace('_', '-')} applies to the translation tasks "
                              f"({', '.join(TRANSLATION_TASKS)}), not to --task lm")
-        args.vocab_size = args.vocab_size or LM_VOCAB_SIZE
+        args.corpus = args.corpus or "english"
+        if args.corpus == "python" and args.examples is not None:
+            parser.error("--examples applies to --corpus english only (the python corpus is split by file)")
+        if args.corpus == "python" and args.download:
+            parser.error("--download fetches the English-French pairs: --corpus python reads the standard library")
+        args.vocab_size = args.vocab_size or (PYTHON_VOCAB_SIZE if args.corpus == "python" else LM_VOCAB_SIZE)
         args.context = args.context or LM_CONTEXT
         args.positional = args.positional or "rotary"
         args.batch_size = args.batch_size or 32
         return
-    for option in ("context", "positional"):
+    for option in ("context", "positional", "corpus"):
         if getattr(args, option) is not None:
             parser.error(f"--{option} applies to --task lm only")
     args.vocab = args.vocab or "subword"
@@ -408,14 +422,17 @@ def _train_in_process(args: argparse.Namespace, out: TextIO, context, device) ->
 def _train_lm(args: argparse.Namespace, out: TextIO, context, device) -> int:
     import math
 
-    from .data import load_english_lm
+    from .data import load_english_lm, load_python_lm
     from .models.decoder_lm import DecoderLM, DecoderLMConfig
     from .training.checkpoint import save_lm_checkpoint
     from .training.train import evaluate_lm, train_lm
     from .utils import num_parameters, set_seed
 
-    data = load_english_lm(path=data_file(args), vocab_size=args.vocab_size, seed=args.seed,
-                           max_examples=args.examples)
+    if args.corpus == "python":
+        data = load_python_lm(vocab_size=args.vocab_size, seed=args.seed, root=args.data)
+    else:
+        data = load_english_lm(path=data_file(args), vocab_size=args.vocab_size, seed=args.seed,
+                               max_examples=args.examples)
     split = "test" if len(data.test) > args.context else "valid"
     for name in ("train", split):
         data.window_starts(name, args.context)  # a clear error when a split is shorter than one window
@@ -428,8 +445,10 @@ def _train_lm(args: argparse.Namespace, out: TextIO, context, device) -> int:
     world = (f"; data parallel over {context.world_size} processes ({context.backend}), "
              f"{args.batch_size} windows each per step" if context is not None else "")
     info = data.info
-    print(f"lm: {info['sentences']['train']:,} train / {info['sentences']['valid']:,} valid / "
-          f"{info['sentences']['test']:,} test sentences, {len(data.train):,} training tokens "
+    units, counts = ("files", {k: len(v) for k, v in info["documents"].items()}) if "documents" in info else \
+        ("sentences", info["sentences"])
+    print(f"lm: {counts['train']:,} train / {counts['valid']:,} valid / "
+          f"{counts['test']:,} test {units}, {len(data.train):,} training tokens "
           f"(byte-level BPE, {data.vocab_size} tokens); decoder ({args.positional} positions) with "
           f"{num_parameters(model):,} parameters on {device}{world}", file=out, flush=True)
     amp = {"auto": True, "bf16": "bf16", "fp32": False}[args.precision]
@@ -448,7 +467,8 @@ def _train_lm(args: argparse.Namespace, out: TextIO, context, device) -> int:
           f"{n_tokens:,} tokens, windows of {args.context}; evaluated in {time.perf_counter() - start:.1f} s)",
           file=out, flush=True)
     path = args.out if args.out else f"lm-{args.positional}.pt"
-    meta = {"task": "lm", "data": data.name, "path": info.get("path"), "seed": args.seed, "context": args.context,
+    meta = {"task": "lm", "data": data.name, "path": info.get("path", info.get("root")), "seed": args.seed,
+            "context": args.context,
             "steps": history.steps, "seconds": history.seconds,
             "metrics": {"split": split, "perplexity": math.exp(loss), "cross_entropy": loss, "n_tokens": n_tokens}}
     save_lm_checkpoint(path, model, data.tokenizer, meta=meta)
@@ -471,7 +491,7 @@ def _generate(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
         tokens = tokenizer.tokenize(prompt)
         ids = torch.tensor([[eos, *tokenizer.vocab.encode(tokens)]], device=device)
         new = model.generate(ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                             generator=generator, eos_id=eos)[0, ids.shape[1]:].tolist()
+                             top_p=args.top_p, generator=generator, eos_id=eos)[0, ids.shape[1]:].tolist()
         new = new[:new.index(eos)] if eos in new else new
         return tokenizer.detokenize(tokens + tokenizer.vocab.decode(new))
 

@@ -268,7 +268,7 @@ def test_lm_round_trip_keeps_the_rope_scaling(tmp_path, rope_scaling):
     path = save_lm_checkpoint(tmp_path / "lm.pt", model, tokenizer)
     loaded, _, _ = load_lm_checkpoint(path, device="cpu")
     assert loaded.config.rope_scaling == rope_scaling and loaded.config == model.config
-    assert loaded.blocks[0].attention.kernel.scaling == rope_scaling
+    assert loaded.blocks[0].attention.rotary.scaling == rope_scaling
     tokens = torch.randint(0, 280, (2, 30), generator=torch.Generator().manual_seed(0))
     model.eval()
     with torch.no_grad():

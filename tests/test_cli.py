@@ -118,6 +118,8 @@ def _one_line_error(capsys, argv, exit_code=1):
         (["generate", "--checkpoint", "x.pt", "--device", "meta"], "course_lib runs on cpu, cuda, mps, xpu"),
         (["train", "--task", "dates", "--download"], "--download applies to --task fra-eng and lm only"),
         (["train", "--task", "fra-eng", "--data", "x.tsv", "--download"], "give one or the other"),
+        (["generate", "--checkpoint", "x.pt", "--top-p", "1.5"], "--top-p: must be in [0, 1]"),
+        (["train", "--task", "lm", "--corpus", "python", "--download"], "--corpus python reads the standard library"),
     ],
 )
 def test_bad_arguments_are_one_line_usage_errors(capsys, argv, match):
@@ -390,3 +392,40 @@ def test_help_says_evaluation_is_not_in_the_budget_and_how_to_download(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "evaluation after it is not counted" in text
     assert "--download" in text and "nothing is downloaded without it" in text
+
+
+def test_train_lm_on_a_folder_of_python_modules_keeps_its_whitespace(tmp_path):
+    # --corpus python: modules split by file (here a folder of 10; by default the standard library's)
+    import torch
+
+    from course_lib import load_lm_checkpoint
+
+    folder = tmp_path / "modules"
+    folder.mkdir()
+    for i in range(10):
+        (folder / f"mod{i}.py").write_text("".join(f"def f{j}(x):\n    return x + {j}\n\n\n" for j in range(i + 5)),
+                                           encoding="utf-8")
+    path, out = tmp_path / "py.pt", io.StringIO()
+    rc = main(["train", "--task", "lm", "--corpus", "python", "--data", str(folder), "--epochs", "2", "--context",
+               "16", "--vocab-size", "300", "--out", str(path), "--device", "cpu"], stdout=out)
+    assert rc == 0
+    assert "lm: 8 train / 1 valid / 1 test files" in out.getvalue()
+    meta = torch.load(path, weights_only=True)["meta"]
+    assert meta["data"] == "python" and meta["path"] == str(folder)
+    _, tokenizer, _ = load_lm_checkpoint(path, device="cpu")
+    assert tokenizer.keeps_whitespace
+    generated = io.StringIO()
+    assert main(["generate", "--checkpoint", str(path), "--device", "cpu", "--max-new-tokens", "12",
+                 "--top-p", "0.9", "def f1(x):"], stdout=generated) == 0
+    assert generated.getvalue().startswith("def f1(x):")
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["train", "--task", "dates", "--corpus", "python"], "--corpus applies to --task lm only"),
+    (["train", "--task", "lm", "--corpus", "python", "--examples", "5"], "--examples applies to --corpus english"),
+    (["train", "--task", "lm", "--corpus", "latin"], "invalid choice: 'latin'"),
+])
+def test_corpus_usage_errors(capsys, argv, match):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2 and match in capsys.readouterr().err

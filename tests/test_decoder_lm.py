@@ -37,9 +37,9 @@ from course_lib import (  # noqa: E402
     LearnedPositionalEmbedding,
     PositionalEncoding,
     RMSNorm,
-    RotaryKernel,
     SwiGLU,
     recording_attention,
+    sample_next,
     sinusoidal_table,
     swiglu_hidden_size,
 )
@@ -138,7 +138,7 @@ def _hf_layer_and_block(theta=10000.0, kv_heads=2):
     """A LlamaDecoderLayer from a local config and a DecoderLMBlock with its weights copied (float64)."""
     config = _hf_config(kv_heads=kv_heads, theta=theta)
     layer = _randomize(LlamaDecoderLayer(config, layer_idx=0).double().eval())
-    block = DecoderLMBlock(D, HEADS, FFN, num_kv_heads=kv_heads, kernel=RotaryKernel(base=theta),
+    block = DecoderLMBlock(D, HEADS, FFN, num_kv_heads=kv_heads, rope_base=theta,
                            norm_eps=config.rms_norm_eps).double().eval()
     a, m = layer.self_attn, layer.mlp
     block.load_state_dict({
@@ -299,17 +299,54 @@ def test_model_logits_equal_llama_with_rope_scaling_as_hugging_face_runs_it(name
         torch.testing.assert_close(lm(tokens), hf(tokens).logits, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["linear", "yarn", "llama3"])
-def test_greedy_generation_with_rope_scaling_equals_hugging_faces_generate(name):
-    """Static scalings: a key's rotation does not depend on when it was cached. (Dynamic NTK's does: Hugging
-    Face turns each key with the base of the step that cached it, the rotary kernel all of them with the
-    base of the current length; the two agree on a whole sequence at once, the test above, not after it.)"""
+@pytest.mark.parametrize("name", ["linear", "dynamic", "yarn", "llama3"])
+@pytest.mark.parametrize("prompt_len", [6, 20])
+def test_greedy_generation_with_rope_scaling_equals_hugging_faces_generate(name, prompt_len):
+    """Every key rotated once, when it enters the cache (RotaryEmbedding), as Hugging Face does. For dynamic
+    NTK that rotation depends on the step (the base of the length at that step): a 6-token prompt crosses the
+    16-token training context during generation, a 20-token prompt starts beyond it."""
     hf = _scaled_hf_llama(name)
     lm = DecoderLM.from_hf_llama(hf)
-    prompt = torch.randint(0, VOCAB, (2, 20), generator=torch.Generator().manual_seed(4))
+    prompt = torch.randint(0, VOCAB, (2, prompt_len), generator=torch.Generator().manual_seed(4))
     expected = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=24, do_sample=False,
                            pad_token_id=0)  # the mask: token 0 in a prompt is not padding
     assert torch.equal(lm.generate(prompt, 24, temperature=0.0), expected)
+
+
+@pytest.mark.parametrize("prompt_len", [6, 20])
+def test_dynamic_ntk_decoding_steps_equal_hugging_faces_cached_steps_in_float64(prompt_len):
+    """Dynamic NTK, step by step with a cache, against LlamaForCausalLM with its DynamicCache (float64 HF, one
+    fresh model, as in a generation): each step's logits to 1e-12. HF recomputes inv_freq when the length
+    exceeds the longest seen (dynamic_rope_update), so each cached key keeps the base of its step; the
+    steps therefore differ from scoring the whole sequence at once (checked: > 1e-3), and a table of the
+    training context's angles read past it would fail too (checked: plain RoPE differs by > 1e-3)."""
+    from transformers import DynamicCache
+
+    with hf_in_float64():
+        hf = _scaled_hf_llama("dynamic")
+        lm = DecoderLM.from_hf_llama(hf)
+        tokens = torch.randint(0, VOCAB, (2, 36), generator=torch.Generator().manual_seed(5))
+        cache, expected = DynamicCache(config=hf.config), []
+        with torch.no_grad():
+            expected.append(hf(tokens[:, :prompt_len], cache=cache, use_cache=True).logits)
+            for t in range(prompt_len, 36):
+                expected.append(hf(tokens[:, t:t + 1], cache=cache, use_cache=True).logits)
+    expected = torch.cat(expected, 1)
+    plain = DecoderLM(dataclasses.replace(lm.config, rope_scaling=None)).double().eval()
+    plain.load_state_dict(lm.state_dict())
+    with torch.no_grad():
+        for model, close in ((lm, True), (plain, False)):
+            logits, state = model.step(tokens[:, :prompt_len])
+            got = [logits]
+            for t in range(prompt_len, 36):
+                logits, state = model.step(tokens[:, t:t + 1], state)
+                got.append(logits)
+            got = torch.cat(got, 1)
+            if close:
+                torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+            else:
+                assert (got - expected).abs().max() > 1e-3
+        assert (lm(tokens) - expected).abs().max() > 1e-3  # decoding is not scoring the whole sequence
 
 
 @pytest.mark.parametrize("hf_fields, scaling", [
@@ -435,7 +472,19 @@ def test_step_leaves_the_given_state_unchanged():
     assert reordered.batch_size == 3 and state.batch_size == 2
 
 
-def _uncached_generation(lm, tokens, steps, temperature, top_k, generator):
+def _nucleus(logits, top_p):
+    """Row by row, the most likely tokens until their probability reaches top_p (sorted, then cut)."""
+    out = torch.full_like(logits, -math.inf)
+    for row, z in enumerate(logits):
+        probs, mass = torch.softmax(z, -1), 0.0
+        for i in sorted(range(len(z)), key=lambda j: -z[j].item()):
+            if mass >= top_p:
+                break
+            out[row, i], mass = z[i], mass + probs[i].item()
+    return out
+
+
+def _uncached_generation(lm, tokens, steps, temperature, top_k, generator, top_p=None):
     """The definition, without a cache: the whole sequence through forward at every step."""
     for _ in range(steps):
         logits = lm(tokens)[:, -1]
@@ -445,6 +494,8 @@ def _uncached_generation(lm, tokens, steps, temperature, top_k, generator):
             logits = logits / temperature
             if top_k is not None:
                 logits = logits.masked_fill(logits < logits.topk(top_k).values[:, -1:], -math.inf)
+            if top_p is not None:
+                logits = _nucleus(logits, top_p)
             nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)[:, 0]
         tokens = torch.cat([tokens, nxt[:, None]], 1)
     return tokens
@@ -459,20 +510,40 @@ def test_greedy_generation_equals_hugging_faces_generate():
     assert torch.equal(lm.generate(prompt, 12, temperature=0.0), expected)
 
 
-@pytest.mark.parametrize("temperature, top_k", [(0.0, None), (1.0, None), (0.7, 5)])
-def test_cached_generation_equals_uncached_generation(temperature, top_k):
+@pytest.mark.parametrize("temperature, top_k, top_p", [(0.0, None, None), (1.0, None, None), (0.7, 5, None),
+                                                       (1.0, None, 0.6), (0.8, 6, 0.9)])
+def test_cached_generation_equals_uncached_generation(temperature, top_k, top_p):
     lm = _own_model()
     prompt = torch.randint(0, VOCAB, (3, 4), generator=torch.Generator().manual_seed(5))
-    cached = lm.generate(prompt, 15, temperature=temperature, top_k=top_k, generator=torch.Generator().manual_seed(6))
+    cached = lm.generate(prompt, 15, temperature=temperature, top_k=top_k, top_p=top_p,
+                         generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
-        uncached = _uncached_generation(lm, prompt, 15, temperature, top_k, torch.Generator().manual_seed(6))
+        uncached = _uncached_generation(lm, prompt, 15, temperature, top_k, torch.Generator().manual_seed(6), top_p)
     assert torch.equal(cached, uncached)
+
+
+def test_generation_draws_each_token_with_sample_next():
+    lm = _own_model()
+    prompt = torch.randint(0, VOCAB, (2, 3), generator=torch.Generator().manual_seed(8))
+    options = {"temperature": 0.9, "top_k": 7, "top_p": 0.8}
+    out = lm.generate(prompt, 10, generator=torch.Generator().manual_seed(9), **options)
+    g, tokens = torch.Generator().manual_seed(9), prompt
+    with torch.no_grad():
+        for _ in range(10):
+            tokens = torch.cat([tokens, sample_next(lm(tokens)[:, -1], generator=g, **options)[:, None]], 1)
+    assert torch.equal(out, tokens)
+    assert torch.equal(lm.generate(prompt, 10, top_p=0.0, generator=g), lm.generate(prompt, 10, temperature=0.0))
 
 
 def test_generation_runs_one_position_per_step_after_the_prompt():
     lm = _own_model()
-    lengths = []
-    lm.blocks[0].register_forward_hook(lambda module, args, out: lengths.append(args[0].shape[1]))
+    lengths, compute = [], lm.blocks[0].compute
+
+    def recorded(X, *args, **kwargs):  # the positions the first block runs at each call
+        lengths.append(X.shape[1])
+        return compute(X, *args, **kwargs)
+
+    lm.blocks[0].compute = recorded
     lm.generate(torch.zeros(2, 3, dtype=torch.long), 5)
     assert lengths == [3, 1, 1, 1, 1]  # the prompt once, then one new token per step (the cache holds the rest)
 
@@ -568,6 +639,8 @@ def test_alibi_and_no_position_models_accept_any_head_size():
     (lambda lm: lm(torch.zeros(3, dtype=torch.long)), ValueError, "2-D"),
     (lambda lm: lm.generate(torch.zeros(1, 2, dtype=torch.long), -1), ValueError, "max_new_tokens"),
     (lambda lm: lm.generate(torch.zeros(1, 2, dtype=torch.long), 2, temperature=-0.5), ValueError, "temperature"),
+    (lambda lm: lm.generate(torch.zeros(1, 2, dtype=torch.long), 2, top_p=1.5), ValueError, r"top_p must be in \["),
+    (lambda lm: lm.generate(torch.zeros(1, 2, dtype=torch.long), 2, top_p="0.5"), TypeError, "top_p"),
     (lambda lm: lm.generate(torch.zeros(1, 2, dtype=torch.long), 2, top_k=0), ValueError, "top_k"),
     (lambda lm: lm.generate(torch.zeros(1, 2, dtype=torch.long), 2, generator=0), TypeError, "generator"),
     (lambda lm: lm.generate(torch.zeros(1, 2, dtype=torch.long), 2, eos_id=64), ValueError, "eos_id"),

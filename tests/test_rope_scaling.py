@@ -79,9 +79,10 @@ def test_hugging_faces_default_base_is_10000():
 
 
 @pytest.mark.parametrize("entry", [rotary_frequencies, rope_angles, rotary_embedding, RotaryKernel.__init__,
-                                   DecoderLMConfig])
+                                   cl.RotaryEmbedding.__init__, DecoderLMConfig, cl.DecoderLMBlock.__init__])
 def test_every_default_base_is_hugging_faces(entry):
-    default = inspect.signature(entry).parameters["rope_base" if entry is DecoderLMConfig else "base"].default
+    name = "rope_base" if entry in (DecoderLMConfig, cl.DecoderLMBlock.__init__) else "base"
+    default = inspect.signature(entry).parameters[name].default
     assert default == RotaryEmbeddingConfigMixin.default_theta
 
 
@@ -106,13 +107,16 @@ def test_default_rotary_embedding_and_kernel_rotate_as_hugging_faces_default_lla
     expected, _ = explicit_kernel(q_hf, k_hf, v, causal=True)
     for kernel in (RotaryKernel(explicit_kernel), cl.attention_kernel("rotary", inner="explicit")):
         torch.testing.assert_close(kernel(q, k, v, causal=True)[0], expected, rtol=0, atol=1e-4)
+    rope = cl.RotaryEmbedding(16)
+    torch.testing.assert_close(rope(q), q_hf, rtol=0, atol=1e-4)
+    torch.testing.assert_close(rope(k[..., 7:, :], start=7), k_hf[..., 7:, :], rtol=0, atol=1e-4)
 
 
 def test_decoder_lm_config_default_base_builds_hugging_faces_rotation():
     config = DecoderLMConfig(vocab_size=8, num_hiddens=32, num_heads=2)
     assert config.rope_base == LlamaConfig().rope_parameters["rope_theta"]
-    kernel = config.attention_kernel()
-    assert kernel.base == RotaryEmbeddingConfigMixin.default_theta and kernel.scaling is None
+    rotary = cl.DecoderLMBlock.from_config(config).attention.rotary
+    assert rotary.base == RotaryEmbeddingConfigMixin.default_theta and rotary.scaling is None
 
 
 # ------------------------------------------------------------------- each scaling type's defaults
@@ -232,6 +236,60 @@ def test_angles_equal_llama_rotary_embedding_in_float64(scaling):
     torch.testing.assert_close(cos, hf_cos[0, :, :8], rtol=0, atol=1e-12)
     torch.testing.assert_close(sin, hf_sin[0, :, :8], rtol=0, atol=1e-12)
     torch.testing.assert_close(hf_cos[0, :, 8:], hf_cos[0, :, :8], rtol=0, atol=0)  # HF repeats each pair's
+
+
+@pytest.mark.parametrize("scaling", [
+    {"rope_type": "linear", "factor": 4.0},
+    {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 16},
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+    {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 16},
+])
+def test_rotary_embedding_steps_equal_llama_rotary_embedding_steps_in_float64(scaling):
+    """A prompt of 10 positions, then one position at a time to 100 (past the training context of 16 and the
+    table's first 64 rows): RotaryEmbedding's rotation at each call equals what one fresh LlamaRotaryEmbedding
+    gives at that call (HF recomputes dynamic's inv_freq whenever the length exceeds the longest seen), to
+    1e-12. For dynamic, a call's angles are those of its own length, not the whole sequence's (checked)."""
+    params = dict(scaling)
+    max_pos = params.pop("original_max_position_embeddings") if scaling["rope_type"] == "dynamic" else 64
+    torch.manual_seed(0)
+    x = torch.randn(1, 2, 100, 16, dtype=F64)
+    rope = cl.RotaryEmbedding(16, scaling=scaling)
+    with hf_in_float64():
+        hf = LlamaRotaryEmbedding(_hf_config(16, {**params, "rope_theta": 10000.0}, max_pos))
+        calls = [(0, 10)] + [(t, t + 1) for t in range(10, 100)]
+        for start, stop in calls:
+            hf_cos, hf_sin = hf(x, torch.arange(start, stop)[None])
+            x_hf, _ = apply_rotary_pos_emb(x[..., start:stop, :], x[..., start:stop, :], hf_cos, hf_sin)
+            torch.testing.assert_close(rope(x[..., start:stop, :], start), x_hf, rtol=0, atol=1e-12)
+    whole = rotary_embedding(x, scaling=scaling)  # all 100 positions with the base of length 100
+    differs = (rope(x[..., 50:51, :], 50) - whole[..., 50:51, :]).abs().max() > 1e-3
+    assert differs == (scaling["rope_type"] == "dynamic")
+
+
+@pytest.mark.parametrize("scaling", [None, {"rope_type": "linear", "factor": 4.0},
+                                     {"rope_type": "ntk", "factor": 4.0}, YARN_MINIMAL,
+                                     {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 32}])
+def test_rotary_embedding_table_is_rope_angles_and_caches_rotated_keys_exactly(scaling):
+    """The table (extended by doubling past 64 rows) gives rope_angles' rotation at any start, and attention
+    with keys rotated once into a cache equals the re-rotating kernel over the whole sequence (1e-12)."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 150, 8, dtype=F64)
+    rope = cl.RotaryEmbedding(8, scaling=scaling)
+    for start, n in ((0, 5), (3, 100), (149, 1), (0, 150)):
+        cos, sin = rope_angles(torch.arange(start, start + n), 8, scaling=scaling)
+        torch.testing.assert_close(rope(x[..., :n, :], start), cl.apply_rotary(x[..., :n, :], cos, sin),
+                                   rtol=0, atol=1e-12)
+    rotated = cl.MultiHeadAttention(16, 4, num_kv_heads=2, rotary=cl.RotaryEmbedding(4, scaling=scaling))
+    kernel = cl.MultiHeadAttention(16, 4, num_kv_heads=2, kernel=RotaryKernel(scaling=scaling))
+    kernel.load_state_dict(rotated.state_dict())
+    rotated, kernel = rotated.double().eval(), kernel.double().eval()
+    h = torch.randn(2, 70, 16, dtype=F64)
+    cache = cl.KVCache()
+    steps = [rotated(h[:, :30], h[:, :30], h[:, :30], causal=True, kv_cache=cache)]
+    steps += [rotated(h[:, t:t + 1], h[:, t:t + 1], h[:, t:t + 1], causal=True, kv_cache=cache) for t in range(30, 70)]
+    torch.testing.assert_close(torch.cat(steps, 1), kernel(h, h, h, causal=True), rtol=0, atol=1e-12)
 
 
 # --------------------------------------------------------------------------- the papers' closed forms
@@ -373,15 +431,14 @@ def test_scaled_kernel_with_a_kv_cache_equals_the_whole_sequence(scaling):
     torch.testing.assert_close(torch.cat(steps, 1), mha(x, x, x, causal=True), rtol=0, atol=1e-12)
 
 
-def test_decoder_lm_config_passes_its_scaling_to_the_kernel_and_keeps_a_copy():
+def test_decoder_lm_config_passes_its_scaling_to_the_rotary_embedding_and_keeps_a_copy():
     scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
     config = DecoderLMConfig(vocab_size=10, num_hiddens=16, num_heads=2, rope_scaling=scaling, rope_base=500000.0)
     scaling["factor"] = 8.0  # the caller's dict changes; the config's does not
     assert config.rope_scaling["factor"] == 4.0
-    kernel = config.attention_kernel()
-    assert kernel.scaling == config.rope_scaling and kernel.base == 500000.0
     model = cl.DecoderLM(config)
-    assert all(block.attention.kernel.scaling == config.rope_scaling for block in model.blocks)
+    assert all(block.attention.rotary.scaling == config.rope_scaling and block.attention.rotary.base == 500000.0
+               for block in model.blocks)
     assert config == DecoderLMConfig(vocab_size=10, num_hiddens=16, num_heads=2, rope_base=500000.0,
                                      rope_scaling={**scaling, "factor": 4.0})
 

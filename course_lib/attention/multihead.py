@@ -37,8 +37,10 @@ from .._validation import (
     check_probability,
     check_qkv,
 )
-from .cache import KVCache
+from ..utils import stacked_linear
+from .cache import Cache
 from .contract import AttentionKernel, check_supported
+from .kernels.rotary import RotaryEmbedding
 from .masks import MaskMod
 from .registry import attention_kernel
 
@@ -63,6 +65,8 @@ class MultiHeadAttention(nn.Module):
         bias: give the four projections a bias.
         num_kv_heads: key/value heads (grouped-query attention); ``None`` means ``num_heads``; must
             divide ``num_heads``; 1 is multi-query attention.
+        rotary: RoPE applied to the new queries and keys before the cache's update (each key rotated once, at
+            its position, and cached rotated: :class:`~course_lib.RotaryEmbedding`), or ``None``.
         kernel: the attention computation: a kernel's name (:mod:`course_lib.attention.registry`: ``"fused"``,
             ``"explicit"``, ``"flash"``, ...) or an :class:`~course_lib.attention.contract.AttentionKernel`.
 
@@ -79,7 +83,8 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, bias: bool = False, *,
-                 num_kv_heads: int | None = None, kernel: str | AttentionKernel = "fused") -> None:
+                 num_kv_heads: int | None = None, kernel: str | AttentionKernel = "fused",
+                 rotary: RotaryEmbedding | None = None) -> None:
         super().__init__()
         self.num_hiddens, self.num_heads = check_positive_int(num_hiddens, "num_hiddens"), num_heads
         self.num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -92,17 +97,26 @@ class MultiHeadAttention(nn.Module):
         self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
         self.dropout = nn.Dropout(check_probability(dropout, "dropout"))
         self.kernel = attention_kernel(kernel)
+        if rotary is not None and not isinstance(rotary, RotaryEmbedding):
+            raise TypeError(f"rotary must be a RotaryEmbedding or None, got {type(rotary).__name__}")
+        if rotary is not None and rotary.head_size != self.head_size:
+            raise ValueError(f"rotary turns heads of size {rotary.head_size}, the module's heads have size "
+                             f"{self.head_size}")
+        self.rotary = rotary
         self.record_weights = False
         self.attention_weights: torch.Tensor | None = None
+        self._qkv: dict = {}  # the stacked projection weights, kept while no weight changes (utils.stacked_linear)
+        self._kv: dict = {}
 
     def extra_repr(self) -> str:
         kernel = repr(self.kernel)
         grouped = f", num_kv_heads={self.num_kv_heads}" if self.num_kv_heads != self.num_heads else ""
-        return f"num_hiddens={self.num_hiddens}, num_heads={self.num_heads}{grouped}, kernel={kernel}"
+        rotary = "" if self.rotary is None else f", rotary={self.rotary!r}"
+        return f"num_hiddens={self.num_hiddens}, num_heads={self.num_heads}{grouped}, kernel={kernel}{rotary}"
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor | None = None, values: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, *, causal: bool = False,
-                kv: tuple[torch.Tensor, torch.Tensor] | None = None, kv_cache: KVCache | None = None) -> torch.Tensor:
+                kv: tuple[torch.Tensor, torch.Tensor] | None = None, kv_cache: Cache | None = None) -> torch.Tensor:
         """Attend from every query to the allowed keys, in every head.
 
         Args:
@@ -115,7 +129,8 @@ class MultiHeadAttention(nn.Module):
                 bottom-right, so it stays right when a cache holds earlier keys.
             kv: keys and values already projected by :meth:`project_kv`, (batch, num_kv_heads, n_keys, d_h)
                 each (the decoder's cross-attention projects its memory once).
-            kv_cache: optional :class:`KVCache`; the new projected keys and values are appended to it
+            kv_cache: optional :class:`~course_lib.attention.cache.Cache` (a :class:`~course_lib.KVCache`, ...); the
+                new projected keys and values are appended to it
                 and the queries attend to all of them (n_keys = T_past + new keys).
 
         Returns:
@@ -137,10 +152,32 @@ class MultiHeadAttention(nn.Module):
         # Checked before the cache grows, so a bad mask leaves it intact; (B, Tq, Tk) -> (B, 1, Tq, Tk).
         if mask is not None and not isinstance(mask, MaskMod):
             mask = check_heads_mask(mask, batch, self.num_heads, n_q, n_k)
+        return self.compute(queries, keys, values, mask, causal=causal, kv=kv, kv_cache=kv_cache)
+
+    def compute(self, queries: torch.Tensor, keys: torch.Tensor | None = None, values: torch.Tensor | None = None,
+                mask: torch.Tensor | MaskMod | None = None, *, causal: bool = False,
+                kv: tuple[torch.Tensor, torch.Tensor] | None = None, kv_cache: Cache | None = None) -> torch.Tensor:
+        """:meth:`forward`'s computation for arguments already checked: what a model's blocks call.
+
+        A model checks its inputs once, at its own boundary (the token ids, the lengths); its blocks then
+        call this, which skips the argument checks of :meth:`forward` (what the kernel does not support is
+        still refused). Same arguments and result as :meth:`forward`.
+
+        Examples:
+            >>> mha, x = MultiHeadAttention(16, 4).eval(), torch.randn(2, 5, 16)
+            >>> torch.equal(mha.compute(x, x, x, causal=True), mha(x, x, x, causal=True))
+            True
+        """
+        if isinstance(mask, torch.Tensor) and mask.dim() == 3:
+            mask = mask.unsqueeze(1)  # (B, Tq, Tk): shared by the heads
         dropout_p = self.dropout.p if self.training else 0.0
         check_supported(self.kernel, mask=mask, dropout_p=dropout_p, need_weights=self.record_weights,
                         grouped=self.num_kv_heads != self.num_heads)
         q, k, v = self._project(queries, keys, values, kv)  # (B, h, Tq, d_h), (B, h_kv, Tk, d_h) x 2
+        if self.rotary is not None and kv is None:
+            # The new keys sit at positions start .. start + Tk - 1, the queries at the last Tq of them.
+            start = 0 if kv_cache is None else kv_cache.position
+            q, k = self.rotary(q, start + k.shape[-2] - q.shape[-2]), self.rotary(k, start)
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)
         out, weights = self.kernel(q, k, v, mask.to(q.device) if isinstance(mask, torch.Tensor) else mask,
@@ -148,7 +185,8 @@ class MultiHeadAttention(nn.Module):
         if self.record_weights:
             self.attention_weights = weights.detach()
         # (B, h, Tq, d_h) -> (B, Tq, h, d_h) -> (B, Tq, d): concatenate the heads.
-        return self.W_o(out.transpose(1, 2).reshape(batch, n_q, self.num_hiddens))
+        merged = out.transpose(1, 2).reshape(queries.shape[0], queries.shape[1], self.num_hiddens)
+        return F.linear(merged, self.W_o.weight, self.W_o.bias)
 
     def project_kv(self, keys: torch.Tensor, values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values projected and split into heads, for ``forward(queries, kv=...)``.
@@ -180,7 +218,7 @@ class MultiHeadAttention(nn.Module):
         # (self-attention) or twice (keys that are the values).
         if kv is None and queries is keys and keys is values:
             sizes = (self.num_hiddens, self.W_k.out_features, self.W_v.out_features)
-            q, k, v = _stacked_linear(queries, (self.W_q, self.W_k, self.W_v)).split(sizes, dim=-1)
+            q, k, v = stacked_linear(queries, (self.W_q, self.W_k, self.W_v), self._qkv).split(sizes, dim=-1)
             k, v = self._split(k, self.num_kv_heads), self._split(v, self.num_kv_heads)
         else:
             q = self.W_q(queries)
@@ -189,7 +227,7 @@ class MultiHeadAttention(nn.Module):
 
     def _project_kv(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if keys is values:
-            k, v = _stacked_linear(keys, (self.W_k, self.W_v)).split(self.W_k.out_features, dim=-1)
+            k, v = stacked_linear(keys, (self.W_k, self.W_v), self._kv).split(self.W_k.out_features, dim=-1)
         else:
             k, v = self.W_k(keys), self.W_v(values)
         return self._split(k, self.num_kv_heads), self._split(v, self.num_kv_heads)
@@ -199,21 +237,16 @@ class MultiHeadAttention(nn.Module):
         return x.view(x.shape[0], x.shape[1], heads, self.head_size).transpose(1, 2)
 
 
-def _stacked_linear(x: torch.Tensor, layers: tuple[nn.Linear, ...]) -> torch.Tensor:
-    weight = torch.cat([layer.weight for layer in layers])
-    bias = None if layers[0].bias is None else torch.cat([layer.bias for layer in layers])
-    return F.linear(x, weight, bias)
-
-
 def _cached(kv_cache: object, queries: object) -> int:
     """The number of cached steps, after checking that ``kv_cache`` is a cache of the queries' batch."""
     if kv_cache is None:
         return 0
-    if not isinstance(kv_cache, KVCache):
-        raise TypeError(f"kv_cache must be a KVCache, got {type(kv_cache).__name__}")
+    if not isinstance(kv_cache, Cache):
+        raise TypeError(f"kv_cache must be a key/value Cache (KVCache, SlidingWindowCache, ...), got "
+                        f"{type(kv_cache).__name__}")
     batch = queries.shape[0] if isinstance(queries, torch.Tensor) and queries.dim() else None  # else: checked later
-    if kv_cache.keys is not None and batch is not None and kv_cache.keys.shape[0] != batch:
-        raise ValueError(f"kv_cache holds a batch of {kv_cache.keys.shape[0]} (keys of shape "
-                         f"{tuple(kv_cache.keys.shape)}) but the queries have a batch of {batch}; reorder the "
-                         f"cache with the batch")
+    held = kv_cache.batch_size
+    if held is not None and batch is not None and held != batch:
+        raise ValueError(f"kv_cache holds a batch of {held} (keys of shape {tuple(kv_cache.keys.shape)}) but the "
+                         f"queries have a batch of {batch}; reorder the cache with the batch")
     return len(kv_cache)

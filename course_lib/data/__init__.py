@@ -1,5 +1,6 @@
 """Data for the seq2seq chapters: vocabularies, padded batches, the dates task and English -> French pairs;
-and the token streams of chapter 11's language model (:mod:`.lm`).
+and the token streams of the language models of chapters 11 (:mod:`.lm`) and 12 (:mod:`.python_source`, the
+standard library's own source code).
 
 Nothing here downloads anything unless asked: the dates task is generated with Babel, and the
 translation pairs are read from the course's data folder (:func:`data_dir`), or fetched by the opt-in
@@ -21,6 +22,7 @@ from .dates import (
 from .download import download_fra_eng
 from .lm import LMBatch, LMData, english_sentences, generated_sentences, load_english_lm, read_text_lines
 from .paths import DATA_DIR_ENV, DataNotFoundError, data_dir, find_data_file
+from .python_source import PYTHON_SOURCE_LICENSE, load_python_lm, python_source_files
 from .subword import SubwordTokenizer, bpe_merge_step, clean_text, load_fra_eng_subwords
 from .translation import FRA_ENG_FILE, fra_eng_file, load_fra_eng, normalize_text, read_sentence_pairs, tokenize_words
 from .vocab import SPECIAL_TOKENS, Vocab
@@ -31,6 +33,7 @@ __all__ = [
     "DATE_LOCALES",
     "DEFAULT_YEARS",
     "FRA_ENG_FILE",
+    "PYTHON_SOURCE_LICENSE",
     "SPECIAL_TOKENS",
     "SPLITS",
     "SubwordTokenizer",
@@ -58,9 +61,11 @@ __all__ = [
     "load_english_lm",
     "load_fra_eng",
     "load_fra_eng_subwords",
+    "load_python_lm",
     "make_batch",
     "normalize_text",
     "pad_sequences",
+    "python_source_files",
     "read_sentence_pairs",
     "read_text_lines",
     "split_by_source",

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -258,16 +258,67 @@ class LMData:
         parts = {"valid": distinct[:n_valid], "test": distinct[n_valid:n_valid + n_test],
                  "train": distinct[n_valid + n_test:]}
         tokenizer = SubwordTokenizer.train(parts["train"], vocab_size)
-        eos = tokenizer.vocab.eos
-        streams = {}
-        for split, texts in parts.items():
-            ids: list[int] = []
-            for text in texts:
-                ids += tokenizer.vocab.encode(tokenizer.tokenize(text))
-                ids.append(eos)
-            streams[split] = torch.tensor(ids, dtype=torch.long)
+        streams = _streams(parts, tokenizer)
         info = {"n_sentences": len(distinct), "n_repeated": len(cleaned) - len(distinct), "seed": seed,
                 "vocab_size": vocab_size, "sentences": {s: len(parts[s]) for s in _SPLITS},
+                "tokens": {s: len(streams[s]) for s in _SPLITS}}
+        return cls(streams["train"], streams["valid"], streams["test"], tokenizer, name, info)
+
+    @classmethod
+    def from_documents(cls, documents: Mapping[str, str], vocab_size: int = 1000, seed: int = 0,
+                       valid_frac: float = 0.1, test_frac: float = 0.1, name: str = "documents") -> LMData:
+        """Split whole documents (files) into train / valid / test, learn BPE on the training ones, join each split.
+
+        Unlike :meth:`from_sentences`, the text is kept as it is, every space and newline included (source
+        code: the tokenizer is trained with ``keep_whitespace=True``), and the split is by document: a
+        held-out document was never seen in training, not even in part. The documents are visited in
+        the sorted order of their names, shuffled with ``seed``; each stream is ``doc <eos> doc <eos> ...``.
+
+        Args:
+            documents: ``{name: text}``; empty texts are dropped.
+            vocab_size: of the byte-level BPE (>= 260).
+            seed: the shuffle's seed.
+            valid_frac, test_frac: fractions of the documents held out (each split keeps at least one
+                document when the fraction is positive).
+            name: recorded in :attr:`name`.
+
+        Returns:
+            The streams; ``info`` holds ``documents`` (the names of each split, in stream order), ``chars``
+            and ``tokens`` per split, ``seed`` and ``vocab_size``.
+
+        Raises:
+            TypeError: ``documents`` is not a mapping of str to str.
+            ValueError: fewer than 3 non-empty documents, or fractions that leave no training document.
+
+        Examples:
+            >>> docs = {f"m{i}.py": f"def f{i}(x):\\n    return x + {i}\\n" for i in range(10)}
+            >>> data = LMData.from_documents(docs, vocab_size=280, valid_frac=0.2, test_frac=0.2)
+            >>> data.info["documents"]["test"], data.tokenizer.keeps_whitespace
+            (['m1.py', 'm5.py'], True)
+            >>> data.decode(data.test[:data.test.tolist().index(data.eos_id)])  # the first test document
+            'def f1(x):\\n    return x + 1\\n'
+        """
+        seed = check_int(seed, "seed")
+        valid_frac, test_frac = check_probability(valid_frac, "valid_frac"), check_probability(test_frac, "test_frac")
+        if not isinstance(documents, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                         for k, v in documents.items()):
+            raise TypeError("documents must be a mapping {name: text} of str to str")
+        names = sorted(k for k, v in documents.items() if v)
+        if len(names) < 3:
+            raise ValueError(f"documents must hold at least 3 non-empty documents, got {len(names)}")
+        random.Random(seed).shuffle(names)
+        n_valid = max(1, round(valid_frac * len(names))) if valid_frac > 0 else 0
+        n_test = max(1, round(test_frac * len(names))) if test_frac > 0 else 0
+        if n_valid + n_test >= len(names):
+            raise ValueError(f"valid_frac={valid_frac} and test_frac={test_frac} leave no training document out "
+                             f"of {len(names)}")
+        split_names = {"valid": names[:n_valid], "test": names[n_valid:n_valid + n_test],
+                       "train": names[n_valid + n_test:]}
+        parts = {split: [documents[n] for n in part] for split, part in split_names.items()}
+        tokenizer = SubwordTokenizer.train(parts["train"], vocab_size, keep_whitespace=True)
+        streams = _streams(parts, tokenizer)
+        info = {"documents": {s: split_names[s] for s in _SPLITS}, "seed": seed, "vocab_size": vocab_size,
+                "chars": {s: sum(len(t) for t in parts[s]) for s in _SPLITS},
                 "tokens": {s: len(streams[s]) for s in _SPLITS}}
         return cls(streams["train"], streams["valid"], streams["test"], tokenizer, name, info)
 
@@ -346,7 +397,8 @@ class LMData:
         return self.tokenizer.vocab.encode(self.tokenizer.tokenize(text))
 
     def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
-        """Text from token ids: the sentences between ``<eos>`` separators, joined by one space."""
+        """Text from token ids: the sentences between ``<eos>`` separators, joined by one space; documents
+        (:meth:`from_documents`) are joined as they are, each ``<eos>`` read as a newline."""
         if isinstance(ids, torch.Tensor):
             ids = ids.tolist()
         sentences, current = [], []
@@ -358,7 +410,21 @@ class LMData:
                 current.append(i)
         sentences.append(current)
         texts = (self.tokenizer.detokenize(self.tokenizer.vocab.decode(s)) for s in sentences)
+        if self.tokenizer.keeps_whitespace:
+            return "\n".join(texts)
         return " ".join(t for t in texts if t)
+
+
+def _streams(parts: dict[str, list[str]], tokenizer: SubwordTokenizer) -> dict[str, torch.Tensor]:
+    """Each split's texts as one stream of token ids, every text followed by ``<eos>``."""
+    eos, streams = tokenizer.vocab.eos, {}
+    for split, texts in parts.items():
+        ids: list[int] = []
+        for text in texts:
+            ids += tokenizer.vocab.encode(tokenizer.tokenize(text))
+            ids.append(eos)
+        streams[split] = torch.tensor(ids, dtype=torch.long)
+    return streams
 
 
 def load_english_lm(path: str | os.PathLike[str] | None = None, vocab_size: int = 1000, seed: int = 0,

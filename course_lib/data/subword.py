@@ -24,7 +24,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from .._validation import check_int, check_positive_int, check_probability
+from .._validation import check_bool, check_int, check_positive_int, check_probability
 from .dataset import Pair, Seq2SeqData, build_references, split_by_source
 from .translation import fra_eng_file, normalize_text, read_sentence_pairs, tokenize_words
 from .vocab import SPECIAL_TOKENS, Vocab
@@ -50,6 +50,12 @@ def clean_text(text: str) -> str:
     text = unicodedata.normalize("NFC", text)
     chars = [" " if c.isspace() or unicodedata.category(c) == "Zs" else c for c in text]
     return " ".join("".join(chars).split())
+
+
+def _check_text(text: str) -> str:
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    return text
 
 
 def bpe_merge_step(words: Mapping[tuple[str, ...], int]) -> tuple[tuple[str, str], dict[tuple[str, ...], int]] | None:
@@ -111,6 +117,11 @@ class SubwordTokenizer:
     checkpoint keeps the JSON string). Ids ``0..3`` are ``<pad> <bos> <eos> <unk>`` as in every
     :class:`course_lib.data.Vocab`; ``<unk>`` is reserved but never produced.
 
+    Sentences are cleaned with :func:`clean_text` before they are split (every run of spaces becomes one
+    space). A tokenizer trained with ``keep_whitespace=True`` (for source code, chapter 12) takes text as
+    it is, newlines and indentation included, and only puts it in Unicode NFC; it records that as the
+    ``tokenizers`` normalizer of its JSON, so :meth:`from_json` restores the same behaviour.
+
     Args:
         tokenizer: a trained ``tokenizers.Tokenizer`` with a byte-level pre-tokenizer and decoder.
 
@@ -139,15 +150,19 @@ class SubwordTokenizer:
             raise ValueError(f"the tokenizer's first ids must be {list(SPECIAL_TOKENS)}, got {tokens[:4]}")
         self._tokenizer = tokenizer
         self.vocab = Vocab(tokens)
+        self._prepare = _check_text if self.keeps_whitespace else clean_text
 
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int = 2000, min_frequency: int = 2) -> SubwordTokenizer:
+    def train(cls, texts: Iterable[str], vocab_size: int = 2000, min_frequency: int = 2, *,
+              keep_whitespace: bool = False) -> SubwordTokenizer:
         """Learn BPE merges on ``texts`` until the vocabulary has ``vocab_size`` tokens (or no pair is left to merge).
 
         Args:
-            texts: training sentences (cleaned with :func:`clean_text` first).
+            texts: training sentences (cleaned with :func:`clean_text` first), or documents kept as they are
+                with ``keep_whitespace``.
             vocab_size: the vocabulary size, specials and the 256 byte symbols included (>= 260).
             min_frequency: a pair seen fewer times is never merged.
+            keep_whitespace: keep every space, tab and newline (source code); only NFC is applied.
 
         Returns:
             The trained tokenizer (deterministic: the same texts give the same vocabulary).
@@ -156,8 +171,13 @@ class SubwordTokenizer:
             >>> tok = SubwordTokenizer.train(["low lower lowest"] * 3, vocab_size=262)  # 260 + two merges: lo, low
             >>> len(tok), tok.tokenize("lowest")
             (262, ['low', 'e', 's', 't'])
+            >>> code = SubwordTokenizer.train(["def f(x):\\n    return x\\n"] * 3, 300, keep_whitespace=True)
+            >>> code.tokenize("def f(x):\\n    return x\\n")  # Ċ is the newline, Ġ a space
+            ['def', 'Ġf', '(', 'x', '):', 'ĊĠĠĠ', 'Ġreturn', 'Ġx', 'Ċ']
+            >>> code.detokenize(code.tokenize("def g():\\n    pass\\n"))  # every space and newline restored
+            'def g():\\n    pass\\n'
         """
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+        from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
         vocab_size = check_positive_int(vocab_size, "vocab_size")
         min_frequency = check_positive_int(min_frequency, "min_frequency")
@@ -165,34 +185,45 @@ class SubwordTokenizer:
         if vocab_size < len(SPECIAL_TOKENS) + len(alphabet):
             raise ValueError(f"vocab_size must be at least {len(SPECIAL_TOKENS) + len(alphabet)} (4 special tokens "
                              f"and the 256 bytes), got {vocab_size}")
+        keep_whitespace = check_bool(keep_whitespace, "keep_whitespace")
         tokenizer = Tokenizer(models.BPE())
+        if keep_whitespace:
+            tokenizer.normalizer = normalizers.NFC()
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tokenizer.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                       special_tokens=list(SPECIAL_TOKENS), initial_alphabet=alphabet,
                                       show_progress=False)
-        tokenizer.train_from_iterator((clean_text(t) for t in texts), trainer=trainer)
+        prepare = _check_text if keep_whitespace else clean_text
+        tokenizer.train_from_iterator((prepare(t) for t in texts), trainer=trainer)
         return cls(tokenizer)
 
     def __len__(self) -> int:
         return len(self.vocab)
 
     def __repr__(self) -> str:
-        return f"SubwordTokenizer(byte-level BPE, vocab_size={len(self)})"
+        kept = ", whitespace kept" if self.keeps_whitespace else ""
+        return f"SubwordTokenizer(byte-level BPE, vocab_size={len(self)}{kept})"
+
+    @property
+    def keeps_whitespace(self) -> bool:
+        """Whether text is taken as it is (``train(..., keep_whitespace=True)``) rather than cleaned."""
+        return self._tokenizer.normalizer is not None
 
     def __call__(self, text: str) -> list[str]:
         """Same as :meth:`tokenize` (so a tokenizer can be passed where a function str -> tokens is expected)."""
         return self.tokenize(text)
 
     def tokenize(self, text: str) -> list[str]:
-        """The subword tokens of ``text`` after :func:`clean_text`; never ``<unk>``."""
-        return self._tokenizer.encode(clean_text(text), add_special_tokens=False).tokens
+        """The subword tokens of ``text`` after :func:`clean_text` (as it is with ``keep_whitespace``); no ``<unk>``."""
+        return self._tokenizer.encode(self._prepare(text), add_special_tokens=False).tokens
 
     def detokenize(self, tokens: Sequence[str]) -> str:
         """Join subword tokens back into text (special tokens dropped): the inverse of :meth:`tokenize`."""
         if isinstance(tokens, str):
             raise TypeError("tokens must be a list of subword tokens, got a single str")
-        return self._tokenizer.decoder.decode([t for t in tokens if t not in SPECIAL_TOKENS]).strip()
+        text = self._tokenizer.decoder.decode([t for t in tokens if t not in SPECIAL_TOKENS])
+        return text if self.keeps_whitespace else text.strip()
 
     def to_json(self) -> str:
         """The whole tokenizer (merges, vocabulary, pre-tokenizer, decoder) as a JSON string.

@@ -1,11 +1,11 @@
 r"""A language model's generation: continue prompts token by token, with the model's key/value cache (chapters 11, 12).
 
 The loop is the same for every way of choosing the next token: feed the prompt once, then feed each
-chosen token, reading the logits of the next one. Choosing is :func:`choose_next`: the argmax
-(temperature 0, greedy decoding) or a draw from :math:`\operatorname{softmax}(\mathbf z/\tau)` over the
-``top_k`` largest logits. The model is read through :class:`LanguageModel`: a vocabulary size, an empty
-decoding state and an in-place step; :class:`~course_lib.DecoderLM` is one (its ``generate`` calls
-:func:`generate`).
+chosen token, reading the logits of the next one. Choosing is :func:`~course_lib.decoding.sampling.sample_next`:
+the argmax (temperature 0, greedy decoding) or a draw from :math:`\operatorname{softmax}(\mathbf z/\tau)`
+over the ``top_k`` largest logits and within the nucleus of mass ``top_p``. The model is read through
+:class:`LanguageModel`: a vocabulary size, an empty decoding state and an in-place step;
+:class:`~course_lib.DecoderLM` is one (its ``generate`` calls :func:`generate`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from .._validation import check_non_negative_int, check_positive_int, check_real, check_token_id, check_tokens
+from .sampling import sample_next
 
-__all__ = ["LanguageModel", "choose_next", "generate"]
+__all__ = ["LanguageModel", "generate"]
 
 
 @runtime_checkable
@@ -39,35 +40,15 @@ class LanguageModel(Protocol):
     def step_(self, tokens: torch.Tensor, state: Any) -> torch.Tensor: ...
 
 
-def choose_next(logits: torch.Tensor, temperature: float, top_k: int | None,
-                generator: torch.Generator | None) -> torch.Tensor:
-    r"""(B, V) logits -> (B,) tokens: the argmax (``temperature`` 0), or a draw from softmax(z / τ) among the ``top_k``.
-
-    Examples:
-        >>> choose_next(torch.tensor([[0.0, 2.0, 1.0]]), 0.0, None, None)
-        tensor([1])
-        >>> gen = torch.Generator().manual_seed(0)
-        >>> choose_next(torch.tensor([[0.0, 2.0, 1.0]]), 1.0, 1, gen)  # top_k = 1 keeps only the argmax
-        tensor([1])
-    """
-    if temperature == 0.0:
-        return logits.argmax(dim=-1)
-    logits = logits / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1) the k-th largest logit
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)[:, 0]
-
-
 @torch.no_grad()
 def generate(model: LanguageModel, tokens: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
-             top_k: int | None = None, generator: torch.Generator | None = None,
+             top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
              eos_id: int | None = None) -> torch.Tensor:
     r"""Continue each prompt token by token, with the model's cache (each step runs the new position only).
 
-    Each new token is :func:`choose_next` of the last position's logits: drawn from
-    :math:`\operatorname{softmax}(\mathbf z / \tau)` over the ``top_k`` largest logits :math:`\mathbf z`;
-    :math:`\tau = 0` is the limit, greedy decoding (the argmax).
+    Each new token is :func:`~course_lib.decoding.sampling.sample_next` of the last position's logits: drawn
+    from :math:`\operatorname{softmax}(\mathbf z / \tau)` among the ``top_k`` largest logits :math:`\mathbf z`
+    and within the nucleus of mass ``top_p``; :math:`\tau = 0` is the limit, greedy decoding (the argmax).
 
     Args:
         model: a :class:`LanguageModel` (call ``model.eval()`` first: dropout would act).
@@ -75,6 +56,7 @@ def generate(model: LanguageModel, tokens: torch.Tensor, max_new_tokens: int, *,
         max_new_tokens: how many tokens to add.
         temperature: :math:`\tau \ge 0`; 0 is greedy.
         top_k: sample among the ``top_k`` most likely tokens only (``None``: all).
+        top_p: sample within the nucleus of this probability mass only, in ``[0, 1]`` (``None``: all).
         generator: the ``torch.Generator`` the draws use (``None``: torch's global one).
         eos_id: a sequence stops after this token: it is repeated after it, and generation ends when
             every sequence has stopped.
@@ -96,6 +78,8 @@ def generate(model: LanguageModel, tokens: torch.Tensor, max_new_tokens: int, *,
     temperature = check_real(temperature, "temperature", at_least=0.0)
     if top_k is not None:
         check_positive_int(top_k, "top_k")
+    if top_p is not None and not 0.0 <= check_real(top_p, "top_p") <= 1.0:
+        raise ValueError(f"top_p must be in [0, 1] (a probability mass), got {top_p}")
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     if eos_id is not None:
@@ -105,7 +89,8 @@ def generate(model: LanguageModel, tokens: torch.Tensor, max_new_tokens: int, *,
     step_input = tokens
     for _ in range(max_new_tokens):
         logits = model.step_(step_input, state)[:, -1]  # (B, V): the next token's logits
-        step_input = choose_next(logits, temperature, top_k, generator)[:, None]  # (B, 1)
+        step_input = sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p,
+                                 generator=generator)[:, None]  # (B, 1)
         if eos_id is not None:
             step_input = step_input.masked_fill(done[:, None], eos_id)
             done = done | (step_input[:, 0] == eos_id)

@@ -10,8 +10,8 @@ without cross-attention, with three parts replaced:
   :math:`\mathbf x / \sqrt{\operatorname{mean}(\mathbf x^2) + \varepsilon} \odot \mathbf g`;
 - **SwiGLU** (Shazeer 2020) instead of the ReLU MLP: a gated unit with three matrices whose hidden size
   :math:`\approx 8d/3` keeps the parameter count of a :math:`4d` two-matrix MLP;
-- **rotary positions** inside attention (:class:`~course_lib.attention.kernels.rotary.RotaryKernel`) instead of a vector
-  added to the embeddings, and **grouped-query attention** (``num_kv_heads``, chapter 10).
+- **rotary positions** inside attention (:class:`~course_lib.attention.kernels.rotary.RotaryEmbedding`) instead
+  of a vector added to the embeddings, and **grouped-query attention** (``num_kv_heads``, chapter 10).
 
 For the comparison of position encodings (chapter 11.1) the configuration also offers ALiBi's biases
 (``positional="alibi"``), no positions at all (``"none"``: a causal model can still infer them), and
@@ -44,13 +44,14 @@ from .._validation import (
     check_real,
     check_tokens,
 )
-from ..attention.cache import KVCache
+from ..attention.cache import Cache, KVCache
 from ..attention.contract import AttentionKernel
 from ..attention.kernels.alibi import ALiBiKernel
-from ..attention.kernels.rotary import RotaryKernel, _check_rope_scaling
+from ..attention.kernels.rotary import RotaryEmbedding, _check_rope_scaling
 from ..attention.multihead import MultiHeadAttention
 from ..attention.registry import attention_kernel, check_kernel_fields
 from ..decoding.generation import generate
+from ..utils import stacked_linear
 from .hf_llama import read_hf_llama
 from .positional import LearnedPositionalEmbedding, PositionalEncoding
 
@@ -94,8 +95,14 @@ class RMSNorm(nn.Module):
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Args: X: (..., num_hiddens). Returns: (..., num_hiddens), typed like ``X``."""
         check_last_axis(X, "X", self.num_hiddens)
-        x = X.float() if X.dtype in (torch.float16, torch.bfloat16) else X
-        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)).to(X.dtype) * self.weight
+        return self.compute(X)
+
+    def compute(self, X: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` without the argument check (a model's blocks call it on checked inputs)."""
+        if X.dtype in (torch.float16, torch.bfloat16):
+            x = X.float()
+            return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)).to(X.dtype) * self.weight
+        return nn.functional.rms_norm(X, (self.num_hiddens,), self.weight, self.eps)  # one fused call
 
 
 def swiglu_hidden_size(num_hiddens: int, multiple_of: int = 32) -> int:
@@ -152,11 +159,17 @@ class SwiGLU(nn.Module):
         self.W_gate = nn.Linear(num_hiddens, hidden, bias=False)
         self.W_up = nn.Linear(num_hiddens, hidden, bias=False)
         self.W_down = nn.Linear(hidden, num_hiddens, bias=False)
+        self._gate_up: dict = {}  # the stacked gate and up weights (utils.stacked_linear)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Args: X: (..., num_hiddens). Returns: (..., num_hiddens)."""
         check_last_axis(X, "X", self.W_gate.in_features)
-        return self.W_down(nn.functional.silu(self.W_gate(X)) * self.W_up(X))
+        return self.compute(X)
+
+    def compute(self, X: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` without the argument check (a model's blocks call it on checked inputs)."""
+        gate, up = stacked_linear(X, (self.W_gate, self.W_up), self._gate_up).chunk(2, dim=-1)  # one product
+        return nn.functional.linear(nn.functional.silu(gate) * up, self.W_down.weight)
 
 
 class DecoderLMBlock(nn.Module):
@@ -167,8 +180,11 @@ class DecoderLMBlock(nn.Module):
         num_heads: query heads; must divide d.
         ffn_num_hiddens: SwiGLU's hidden size (``None``: :func:`swiglu_hidden_size` of d).
         num_kv_heads: key/value heads (grouped-query attention); must divide ``num_heads``.
-        kernel: the attention kernel (where positions enter), or its name; ``None`` is ``RotaryKernel()``, RoPE
-            with base 10000 around the fused kernel (:class:`~course_lib.attention.kernels.rotary.RotaryKernel`).
+        kernel: the attention kernel or its name (ALiBi's positions enter there).
+        rope_base: RoPE's base: the new queries and keys are rotated before the cache
+            (:class:`~course_lib.RotaryEmbedding`, as Llama); ``None``: no rotation in the block.
+        rope_scaling: ``None`` or a RoPE scaling for longer contexts (:func:`~course_lib.rope_scaling_parameters`),
+            with ``rope_base`` only.
         norm_eps: the RMSNorms' epsilon.
         dropout: on the attention weights and on each sublayer's output (training mode only).
 
@@ -179,12 +195,18 @@ class DecoderLMBlock(nn.Module):
     """
 
     def __init__(self, num_hiddens: int, num_heads: int, ffn_num_hiddens: int | None = None, *,
-                 num_kv_heads: int | None = None, kernel: str | AttentionKernel | None = None, norm_eps: float = 1e-6,
+                 num_kv_heads: int | None = None, kernel: str | AttentionKernel = "fused",
+                 rope_base: float | None = 10000.0, rope_scaling: dict | None = None, norm_eps: float = 1e-6,
                  dropout: float = 0.0) -> None:
         super().__init__()
         self.norm1 = RMSNorm(num_hiddens, norm_eps)
+        check_positive_int(num_heads, "num_heads")
+        if rope_base is None and rope_scaling is not None:
+            raise ValueError("rope_scaling scales rotary positions, but rope_base=None (no rotation in the block)")
+        rotary = None if rope_base is None else RotaryEmbedding(num_hiddens // num_heads, rope_base,
+                                                                scaling=rope_scaling)
         self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=False, num_kv_heads=num_kv_heads,
-                                            kernel=RotaryKernel() if kernel is None else kernel)
+                                            kernel=kernel, rotary=rotary)
         self.norm2 = RMSNorm(num_hiddens, norm_eps)
         self.ffn = SwiGLU(num_hiddens, ffn_num_hiddens)
         self.dropout = nn.Dropout(dropout)
@@ -198,28 +220,41 @@ class DecoderLMBlock(nn.Module):
             >>> config = DecoderLMConfig(vocab_size=50, num_hiddens=32, positional="alibi", kernel="flash")
             >>> DecoderLMBlock.from_config(config).attention.kernel
             ALiBiKernel(FlashKernel(block_q=128, block_k=128))
+            >>> DecoderLMBlock.from_config(DecoderLMConfig(vocab_size=50)).attention.rotary
+            RotaryEmbedding(32, base=10000)
         """
         return cls(config.num_hiddens, config.num_heads, config.ffn_num_hiddens or swiglu_hidden_size(
             config.num_hiddens, config.multiple_of), num_kv_heads=config.kv_heads, kernel=config.attention_kernel(),
-            norm_eps=config.norm_eps, dropout=config.dropout)
+            rope_base=config.rope_base if config.positional == "rotary" else None,
+            rope_scaling=config.rope_scaling if config.positional == "rotary" else None, norm_eps=config.norm_eps,
+            dropout=config.dropout)
 
     def forward(self, X: torch.Tensor, mask: torch.Tensor | None = None, *,
-                kv_cache: KVCache | None = None) -> torch.Tensor:
+                kv_cache: Cache | None = None) -> torch.Tensor:
         """Run the block on new positions, attending to themselves and to the cached earlier ones.
 
         Args:
             X: (B, T, d) the previous block's output (or the embeddings).
             mask: optional bool keep-mask of the keys, ``True`` = attend, as
                 :class:`~course_lib.attention.multihead.MultiHeadAttention` takes it; and-ed with the causal mask.
-            kv_cache: optional :class:`~course_lib.attention.multihead.KVCache` of this block; the new keys and
-                values are appended to it (unrotated: the rotary kernel rotates them at each step).
+            kv_cache: optional :class:`~course_lib.attention.cache.Cache` of this block; the new keys (rotated,
+                with RoPE) and values are appended to it.
 
         Returns:
             (B, T, d); position ``t`` depends on the positions up to ``t`` only.
         """
-        Z = self.norm1(X)
-        X = X + self.dropout(self.attention(Z, Z, Z, mask, causal=True, kv_cache=kv_cache))
-        return X + self.dropout(self.ffn(self.norm2(X)))
+        check_last_axis(X, "X", self.norm1.num_hiddens)
+        return self.compute(X, mask, kv_cache=kv_cache)
+
+    def compute(self, X: torch.Tensor, mask: torch.Tensor | None = None, *,
+                kv_cache: Cache | None = None) -> torch.Tensor:
+        """:meth:`forward` for checked inputs: the sublayers' own checks skipped (the model checked its tokens)."""
+        Z = self.norm1.compute(X)
+        X = X + self._dropout(self.attention.compute(Z, Z, Z, mask, causal=True, kv_cache=kv_cache))
+        return X + self._dropout(self.ffn.compute(self.norm2.compute(X)))
+
+    def _dropout(self, X: torch.Tensor) -> torch.Tensor:
+        return self.dropout(X) if self.training and self.dropout.p > 0 else X
 
 
 @dataclass(frozen=True)
@@ -311,17 +346,14 @@ class DecoderLMConfig:
         check_kernel_fields(self.kernel, self.kernel_options)
 
     def attention_kernel(self) -> AttentionKernel:
-        """The blocks' kernel: ``kernel`` (with ``kernel_options``), wrapped by RoPE or ALiBi for those positions.
+        """The blocks' kernel: ``kernel`` (with ``kernel_options``), wrapped by ALiBi for those positions (RoPE
+        rotates the queries and keys before the kernel and the cache: :class:`~course_lib.RotaryEmbedding`).
 
         Examples:
-            >>> DecoderLMConfig(vocab_size=10).attention_kernel()
-            RotaryKernel(fused_kernel, base=10000)
-            >>> DecoderLMConfig(vocab_size=10, rope_scaling={"rope_type": "linear", "factor": 4.0}).attention_kernel()
-            RotaryKernel(fused_kernel, base=10000, scaling={'rope_type': 'linear', 'factor': 4.0})
+            >>> DecoderLMConfig(10).attention_kernel(), DecoderLMConfig(10, positional="alibi").attention_kernel()
+            (fused_kernel, ALiBiKernel(fused_kernel))
         """
         inner = attention_kernel(self.kernel, **self.kernel_options)
-        if self.positional == "rotary":
-            return RotaryKernel(inner, base=self.rope_base, scaling=self.rope_scaling)
         if self.positional == "alibi":
             return ALiBiKernel(inner)
         return inner
@@ -465,8 +497,9 @@ class DecoderLM(nn.Module):
             state: from the previous call; ``None`` to start. Left unchanged.
 
         Returns:
-            logits (B, T_new, V), equal to those rows of :meth:`forward` on the whole sequence, and the
-            new state.
+            logits (B, T_new, V), equal to those rows of :meth:`forward` on the whole sequence (except with
+            ``"dynamic"`` RoPE scaling past the training context, where each key keeps the rotation of the
+            step that cached it, as in Hugging Face), and the new state.
 
         Examples:
             >>> model = DecoderLM(DecoderLMConfig(vocab_size=20, num_hiddens=16, num_heads=4)).eval()
@@ -523,15 +556,16 @@ class DecoderLM(nn.Module):
 
     def _run(self, tokens: torch.Tensor, caches: list[KVCache] | None) -> torch.Tensor:
         """The stack itself, for checked tokens; appends to ``caches`` when given."""
-        X = self.embedding(tokens)  # (B, T, d)
+        X = nn.functional.embedding(tokens, self.embedding.weight)  # (B, T, d)
         if self.positions is not None:
             offset = len(caches[0]) if caches else 0  # the position of tokens[:, 0]
             self._check_max_len(offset + tokens.shape[1])
             X = self.positions(X, offset)
-        X = self.dropout(X)
+        if self.training and self.dropout.p > 0:
+            X = self.dropout(X)
         for i, block in enumerate(self.blocks):
-            X = block(X, kv_cache=None if caches is None else caches[i])
-        return self.lm_head(self.norm(X))  # (B, T, V)
+            X = block.compute(X, kv_cache=None if caches is None else caches[i])
+        return nn.functional.linear(self.norm.compute(X), self.lm_head.weight)  # (B, T, V)
 
     def _check_max_len(self, length: int) -> None:
         if self.positions is not None and length > self.config.max_len:
@@ -545,13 +579,14 @@ class DecoderLM(nn.Module):
 
     @torch.no_grad()
     def generate(self, tokens: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
-                 top_k: int | None = None, generator: torch.Generator | None = None,
+                 top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
                  eos_id: int | None = None) -> torch.Tensor:
         r"""Continue each sequence token by token, with a key/value cache (:mod:`course_lib.decoding.generation`).
 
         Greedy (``temperature=0``) or sampled from :math:`\operatorname{softmax}(\mathbf z / \tau)` over the
-        ``top_k`` largest logits. Args and returns: as :func:`course_lib.decoding.generation.generate` with this
-        model; the prompt and its continuation must fit ``config.max_len`` when positions are added vectors.
+        ``top_k`` largest logits and within the nucleus of mass ``top_p``. Args and returns: as
+        :func:`course_lib.decoding.generation.generate` with this model; the prompt and its continuation must
+        fit ``config.max_len`` when positions are added vectors.
 
         Examples:
             >>> model = DecoderLM(DecoderLMConfig(vocab_size=20, num_hiddens=16, num_heads=4)).eval()
@@ -563,8 +598,8 @@ class DecoderLM(nn.Module):
         self._check_tokens(tokens, "tokens")
         check_non_negative_int(max_new_tokens, "max_new_tokens")
         self._check_max_len(tokens.shape[1] + max_new_tokens - 1)  # the last new token is never fed back
-        return generate(self, tokens, max_new_tokens, temperature=temperature, top_k=top_k, generator=generator,
-                        eos_id=eos_id)
+        return generate(self, tokens, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                        generator=generator, eos_id=eos_id)
 
     @classmethod
     def from_hf_llama(cls, model: nn.Module) -> DecoderLM:

@@ -56,6 +56,8 @@ class FusedKernel:
         if mask is None and score_mod is None and causal and n_q == n_k:
             # SDPA's is_causal is aligned top-left: the same as ours for a square mask only.
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, **options), None
+        if mask is None and score_mod is None and (not causal or n_q == 1):
+            return F.scaled_dot_product_attention(q, k, v, **options), None  # a decoding step: every key
         lead = scores_lead(q, k)
         keep = keep_mask(mask, causal, n_q, n_k, q.device, lead=lead)
         bias = None if score_mod is None else score_mod.evaluate(

@@ -91,8 +91,8 @@ from ..masks import MaskMod, query_offset
 from ..score_mods import ScoreMod
 from .fused import fused_kernel
 
-__all__ = ["RotaryKernel", "apply_rotary", "rope_angles", "rope_scaling_parameters", "rotary_embedding",
-           "rotary_frequencies", "rotary_permutation"]
+__all__ = ["RotaryEmbedding", "RotaryKernel", "apply_rotary", "rope_angles", "rope_scaling_parameters",
+           "rotary_embedding", "rotary_frequencies", "rotary_permutation"]
 
 # Every scaling's fields: (required, optional with their defaults). The defaults are Hugging Face's
 # (transformers.modeling_rope_utils: _compute_yarn_parameters reads beta_fast or 32, beta_slow or 1,
@@ -317,12 +317,20 @@ def _angle_dtype(device: torch.device) -> torch.dtype:
     return torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
 
 
-def _cos_sin(positions: torch.Tensor, head_size: int, base: float, params: dict[str, object] | None
-             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`rope_angles` on checked arguments: (..., T) int64 positions -> cos, sin (..., T, d_h / 2)."""
+_FROM_POSITIONS = object()
+
+
+def _cos_sin(positions: torch.Tensor, head_size: int, base: float, params: dict[str, object] | None, *,
+             seq_len: int | None | object = _FROM_POSITIONS) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rope_angles` on checked arguments: (..., T) int64 positions -> cos, sin (..., T, d_h / 2).
+
+    ``seq_len``: dynamic NTK's length (``None``: the training context, unscaled); by default the largest
+    position + 1.
+    """
     dtype = _angle_dtype(positions.device)
-    seq_len = int(positions.max()) + 1 if params is not None and params["rope_type"] == "dynamic" and \
-        positions.numel() else None
+    if seq_len is _FROM_POSITIONS:
+        seq_len = int(positions.max()) + 1 if params is not None and params["rope_type"] == "dynamic" and \
+            positions.numel() else None
     inv_freq = _inv_freq(head_size, base, params, seq_len, dtype, positions.device)
     angles = positions.to(dtype).unsqueeze(-1) * inv_freq  # (..., T, d_h / 2): m θ_i
     factor = _attention_factor(params)
@@ -335,9 +343,9 @@ def rope_angles(positions: torch.Tensor | list[int], head_size: int, base: float
                 scaling: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     r"""The cosines and sines of the angles :math:`m\theta_i` that turn pair :math:`i` at position :math:`m`.
 
-    The one function the library computes rotation angles with: :func:`rotary_embedding` and
-    :class:`RotaryKernel` call it, and a cache that stores rotated keys calls it for the positions it
-    appends. YaRN's attention factor is already in the result (both are multiplied by it), and
+    The one function the library computes rotation angles with: :func:`rotary_embedding`,
+    :class:`RotaryKernel` and :class:`RotaryEmbedding` (the table of a model that caches its keys rotated)
+    call it. YaRN's attention factor is already in the result (both are multiplied by it), and
     ``"dynamic"`` scaling uses the largest position + 1 as the length of the input, as Hugging Face does.
 
     Args:
@@ -564,3 +572,96 @@ class RotaryKernel:
         k = _rotate(k, cos[n - n_k:], sin[n - n_k:], self.interleaved)
         return self.inner(q, k, v, mask, causal=causal, dropout_p=dropout_p, scale=scale, score_mod=score_mod,
                           need_weights=need_weights)
+
+
+class RotaryEmbedding:
+    r"""RoPE where a model makes its keys: each key rotated once, at its position, before it enters the cache.
+
+    :class:`RotaryKernel` rotates the queries and *all* keys at every call, so that the cache holds unrotated
+    keys and a decoding step re-rotates the whole cache (O(T) work per step, per layer). Serving engines
+    (Hugging Face, vLLM, llama.cpp) rotate each new key once, at its absolute position, and cache it rotated:
+    since a score depends only on the difference of positions, the two give the same attention (tested).
+    A :class:`~course_lib.MultiHeadAttention` given ``rotary=RotaryEmbedding(...)`` does this: the new queries
+    and keys are rotated at positions ``cache.position, cache.position + 1, ...`` before the cache's update.
+
+    The cosines and sines of every position are kept in a table (:func:`rope_angles`'s, computed in float64 and
+    cast to the inputs' dtype; with ``scaling``, the scaled frequencies and YaRN's attention factor), extended
+    by doubling when a longer sequence comes, so a step looks its positions up instead of computing them.
+
+    ``"dynamic"`` scaling changes the frequencies with the length of the input, so its angles cannot be
+    tabulated once: a call whose last position ``stop - 1`` lies within the training context
+    (``stop <= original_max_position_embeddings``) reads the plain table, and a longer one computes its new
+    rows with the base of length ``stop`` -- as Hugging Face's ``dynamic_rope_update`` does in a generation
+    from an empty cache (it recomputes ``inv_freq`` when the length exceeds the longest seen). A key therefore
+    keeps the rotation of the step that cached it, and a decoding run differs (slightly) from scoring the
+    whole sequence at once, in Hugging Face and here alike. (Hugging Face also keeps the longest base between
+    calls until an input within the training context resets it; here each call depends on its positions only.)
+
+    Args:
+        head_size: :math:`d_h`, even.
+        base: of the frequencies (:func:`rotary_frequencies`); > 1.
+        interleaved: the pair layout (:func:`rotary_embedding`).
+        scaling: ``None`` or a RoPE scaling for longer contexts (:func:`rope_scaling_parameters`).
+
+    Examples:
+        >>> rope = RotaryEmbedding(4)
+        >>> x = torch.randn(1, 2, 3, 4)  # (B, H, T, d_h)
+        >>> torch.allclose(rope(x, start=5), rotary_embedding(x, positions=[5, 6, 7]))
+        True
+        >>> yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
+        >>> torch.allclose(RotaryEmbedding(4, scaling=yarn)(x, start=5),
+        ...                rotary_embedding(x, positions=[5, 6, 7], scaling=yarn))
+        True
+    """
+
+    def __init__(self, head_size: int, base: float = 10000.0, *, interleaved: bool = False,
+                 scaling: dict | None = None) -> None:
+        self.head_size = _check_head_size(head_size)
+        self.base = check_real(base, "base", greater_than=1.0)
+        self.interleaved = check_bool(interleaved, "interleaved")
+        self._params = _check_rope_scaling(scaling, "scaling")
+        self.scaling = None if scaling is None else dict(scaling)  # as given (the defaults stay implicit)
+        dynamic = self._params is not None and self._params["rope_type"] == "dynamic"
+        self._dynamic_from = self._params["original_max_position_embeddings"] if dynamic else None
+        self._tables: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __repr__(self) -> str:
+        layout = ", interleaved=True" if self.interleaved else ""
+        scaling = "" if self.scaling is None else f", scaling={self.scaling!r}"
+        return f"RotaryEmbedding({self.head_size}, base={self.base:g}{layout}{scaling})"
+
+    def table(self, stop: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cosines and sines of positions ``0 .. stop - 1`` at least: two (n, d_h / 2) tensors, n >= ``stop``.
+
+        With ``"dynamic"`` scaling, the table's frequencies are those of the training context (unscaled):
+        :meth:`__call__` reads it only for inputs that end within that context.
+
+        Examples:
+            >>> cos, sin = RotaryEmbedding(4, base=100.0).table(2, torch.device("cpu"), torch.float64)
+            >>> cos[1].tolist()  # cos(1 x 1), cos(1 x 0.1)
+            [0.5403023058681398, 0.9950041652780258]
+        """
+        key = (device, dtype)
+        cos, sin = self._tables.get(key, (None, None))
+        if cos is None or cos.shape[0] < stop:
+            n = max(stop, 64, 2 * (0 if cos is None else cos.shape[0]))
+            cos, sin = _cos_sin(torch.arange(n, device=device), self.head_size, self.base, self._params,
+                                seq_len=None)
+            cos, sin = cos.to(dtype), sin.to(dtype)
+            self._tables[key] = (cos, sin)
+        return cos, sin
+
+    def __call__(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Rotate ``x`` (..., T, d_h) at the positions ``start .. start + T - 1``.
+
+        Returns:
+            Shaped and typed like ``x``.
+        """
+        n = x.shape[-2]
+        stop = start + n
+        if self._dynamic_from is not None and stop > self._dynamic_from:  # the base of length `stop`
+            cos, sin = _cos_sin(torch.arange(start, stop, device=x.device), self.head_size, self.base,
+                                self._params, seq_len=stop)
+            return _rotate(x, cos, sin, self.interleaved)
+        cos, sin = self.table(stop, x.device, x.dtype)
+        return _rotate(x, cos[start:stop], sin[start:stop], self.interleaved)
