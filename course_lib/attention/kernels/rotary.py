@@ -48,8 +48,8 @@ computed by :func:`rotary_frequencies`, and every angle the library uses by :fun
   largest position + 1, ``L`` = ``original_max_position_embeddings``, Hugging Face's
   ``config.max_position_embeddings``), and :math:`b` itself up to :math:`L`: a model is unchanged on the
   lengths it was trained on and needs no fine-tune. The angles of a token then depend on the length of
-  the input it is in; Hugging Face rotates each key once, when it enters its cache, with the base of that
-  moment.
+  the input it is in; Hugging Face, and :class:`RotaryEmbedding` here, rotate each key once, when it
+  enters the cache, with the base of that step.
 - ``"yarn"``, YaRN (Peng et al. 2023), interpolation *by parts* plus a temperature: pairs that turn more
   than ``beta_fast`` (32) times over :math:`L` keep :math:`\theta_i`, pairs that turn fewer than
   ``beta_slow`` (1) times are interpolated, :math:`\theta_i/s`, and in between the two are blended with a
@@ -505,13 +505,15 @@ class RotaryKernel:
     A kernel (registered as ``"rotary"``) that wraps another, so that ``MultiHeadAttention(d, h,
     kernel=RotaryKernel())`` is rotary self-attention without a change to the module. The positions are
     the library's bottom-right convention: keys at ``0 .. n_keys - 1``, the queries at the last
-    ``n_queries`` of them. A :class:`~course_lib.attention.cache.KVCache` therefore keeps *unrotated* keys,
-    and the kernel rotates all of them at each step: since only the differences of positions matter,
-    this gives the scores of rotating each key once at its absolute position (as Hugging Face does), and
-    stays right when a cache is trimmed or offset (a sliding window) or when a sequence is left-padded
-    with masked keys. With ``"dynamic"`` scaling the frequencies follow the number of keys, so every key
-    is turned with the base of the current length (Hugging Face turns each key with the base of the
-    step at which it entered its cache; the two agree on a whole sequence at once).
+    ``n_queries`` of them. A :class:`~course_lib.attention.cache.KVCache` behind this kernel therefore keeps
+    *unrotated* keys, and the kernel rotates all of them at each step: since only the differences of
+    positions matter, this gives the scores of rotating each key once at its absolute position and caching
+    it rotated (:class:`RotaryEmbedding`, what :class:`~course_lib.DecoderLM` and Hugging Face do, without
+    re-rotating the cache), and stays right when a cache is trimmed or offset (a sliding window) or when a
+    sequence is left-padded with masked keys. With ``"dynamic"`` scaling the frequencies follow the number
+    of keys, so every key is turned with the base of the current length (:class:`RotaryEmbedding` and
+    Hugging Face turn each key with the base of the step at which it entered the cache; the two agree on a
+    whole sequence at once).
 
     Args:
         inner: the kernel that attends to the rotated queries and keys (default the fused kernel; by name,
