@@ -1,5 +1,5 @@
 # Two commands, on a fresh clone with Python 3.11 and pip:
-#   make book   create .venv, install pinned deps, execute every notebook, build _build/html
+#   make book   create .venv, install pinned deps, execute every notebook, build _build/html (and its PDF, given a Chromium)
 #   make test   lint, unit tests, nbval over book/ and the browser test of the built book, in the same .venv
 #
 # Python 3.11 is the version the exact pins of constraints.txt are for; it gets .venv. Any other Python
@@ -26,8 +26,8 @@ export PYTHONHASHSEED := 0
 # (course_lib.progress); a notebook opened in Jupyter or Colab keeps its live bars.
 export COURSE_PROGRESS := line
 
-.PHONY: venv book book-without-data pdf test lint unit nbval bench assignments student-notebooks grade data \
-	linkcheck clean
+.PHONY: venv book book-without-data pdf test lint unit nbval bench assignments student-notebooks colab-notebooks \
+	grade data linkcheck clean
 
 venv: $(STAMP)
 
@@ -49,6 +49,7 @@ book: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=$${MKL_NUM_THREADS:-1} \
 	    $(BIN)/jupyter-book build book --config $(CURDIR)/_config.yml --toc $(CURDIR)/_toc.yml --path-output $(CURDIR) -W -n --keep-going
 	$(BIN)/python tools/book_build.py stamp
+	$(BIN)/python tools/book_pdf.py --if-browser
 
 # What a reader sees on a machine without the data: the notebooks that read data files executed without
 # them (COURSE_DATA_DIR an empty folder), the other pages from their stored outputs, in _build/no-data/_build/html.
@@ -58,7 +59,8 @@ book-without-data: $(STAMP)
 
 # The whole book as one PDF, printed from the built HTML by the browser test's Chromium (CHROMIUM=path to
 # use another, e.g. Google Chrome), chapters in the order of _toc.yml: _build/html/attention-from-first-principles.pdf,
-# published beside the HTML and linked from the intro page.
+# published beside the HTML and linked from the intro page. `make book` prints it too where there is a Chromium
+# (book_pdf.py --if-browser), so that link works after `make book` alone; `make pdf` fails without one.
 pdf: book
 	$(BIN)/python tools/book_pdf.py
 
@@ -109,6 +111,15 @@ student-notebooks:
 	    'course_lib is installed already: the setup cells would install nothing')"
 	COURSE_LIB_SOURCE=$${COURSE_LIB_SOURCE:-$(CURDIR)} $(STUDENT_PYTHON) -m pytest dist/student -p no:cacheprovider -q \
 	    --nbval-lax --nbval-current-env --nbval-cell-timeout=900
+
+# The same in Colab's public runtime image (the packages Colab users get), as weekly.yml runs it: Docker pulls the
+# image (larger than the ~14 GB a GitHub runner has free: weekly.yml frees disk first) and runs
+# `make student-notebooks` in it on this checkout (mounted at /course), as root, Colab's user.
+COLAB_IMAGE ?= us-docker.pkg.dev/colab-images/public/runtime:latest
+colab-notebooks:
+	docker run --rm --user root --entrypoint make -v "$(CURDIR)":/course -w /course -e MPLBACKEND=Agg \
+	    $(if $(COURSE_LIB_SOURCE),-e COURSE_LIB_SOURCE="$(COURSE_LIB_SOURCE)") \
+	    $(COLAB_IMAGE) student-notebooks STUDENT_PYTHON=python3
 
 # The English-French pairs for section 8.1 where ../shared/data is absent (GitHub's runners): the library's
 # opt-in download (SHA-1 checked, kept in $$COURSE_CACHE_DIR or ~/.cache/course_lib), cut to the course's

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from course_lib.masking import padding_mask
-from course_lib.multihead import MultiHeadAttention
+from course_lib.attention.masks import padding_mask
+from course_lib.attention.multihead import MultiHeadAttention
 from course_lib.utils import try_gpu
 
 # (label, batch, length, num_hiddens, num_heads)

@@ -4,14 +4,14 @@ Three ways to compute one forward pass of causal attention (batch 1, 2 heads of 
 ``torch.no_grad()``):
 
 - **explicit dense**: the (n, n) score matrix, a masked softmax with the look-ahead mask, a product
-  (:func:`course_lib.sparse.dense_attention`; the mask is built inside the call, as a model does);
+  (:func:`course_lib.attention.sparse.dense_attention`; the mask is built inside the call, as a model does);
 - **fused dense**: ``F.scaled_dot_product_attention(..., is_causal=True)``
-  (:func:`course_lib.sparse.fused_attention`), which never stores the whole matrix;
+  (:func:`course_lib.attention.sparse.fused_attention`), which never stores the whole matrix;
 - **sparse**: the causal strided pattern of Child et al. (2019) with stride ``ceil(sqrt(n))``
-  (:func:`course_lib.sparse.strided_attention`), which scores about ``2 sqrt(n)`` keys per query.
+  (:func:`course_lib.attention.sparse.strided_attention`), which scores about ``2 sqrt(n)`` keys per query.
 
 Time: the median over interleaved repetitions (see :func:`benchmarks.bench_attention.compare`).
-Peak memory: :func:`course_lib.sparse.peak_memory`, the bytes of the tensors a call creates that are
+Peak memory: :func:`course_lib.attention.sparse.peak_memory`, the bytes of the tensors a call creates that are
 alive at the same time (``torch.cuda.max_memory_allocated`` on a GPU). The table gives both, their
 ratios to sparse (explicit dense stops at n = 4096, where it holds half a gigabyte), and the slopes of
 log(cost) against log(n) fitted by least squares over n >= 1024, where the fixed per-call overheads no
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from course_lib.sparse import default_stride, dense_attention, fused_attention, peak_memory, strided_attention
+from course_lib.attention.sparse import default_stride, dense_attention, fused_attention, peak_memory, strided_attention
 from course_lib.utils import try_gpu
 
 from .bench_attention import compare
@@ -65,7 +65,7 @@ def attention_calls(n: int, device: torch.device, seed: int = 0) -> dict[str, Ca
 
     return {
         "explicit": explicit,
-        "fused": lambda: fused_attention(q, k, v, is_causal=True),
+        "fused": lambda: fused_attention(q, k, v, causal=True),
         "sparse": lambda: strided_attention(q, k, v, stride, causal=True),
     }
 

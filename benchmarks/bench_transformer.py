@@ -34,11 +34,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from course_lib.decode import greedy_decode
-from course_lib.masking import padding_mask
-from course_lib.multihead import MultiHeadAttention
-from course_lib.train import masked_cross_entropy
-from course_lib.transformer import Transformer, TransformerConfig
+from course_lib.attention.masks import padding_mask
+from course_lib.attention.multihead import MultiHeadAttention
+from course_lib.decoding.search import greedy_decode
+from course_lib.models.transformer import Transformer, TransformerConfig
+from course_lib.training.train import masked_cross_entropy
 from course_lib.utils import try_gpu
 
 from .bench_attention import Timings, busy_warning, compare_timings, environment, table, target_line

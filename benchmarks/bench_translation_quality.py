@@ -114,7 +114,7 @@ class TorchDecoderState:
 
 
 class TorchTransformerSeq2Seq(nn.Module):
-    """``torch.nn.Transformer`` behind the seq2seq protocol of :mod:`course_lib.decode` and :mod:`course_lib.train`.
+    """``torch.nn.Transformer`` behind the seq2seq protocol of :mod:`course_lib.decoding.protocol`.
 
     Args:
         src_vocab_size, tgt_vocab_size: V_src, V.

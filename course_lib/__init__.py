@@ -1,21 +1,97 @@
 """course_lib: the tested library behind *Attention and Transformers from first principles*.
 
-One module per chapter concept; everything a notebook uses is importable from here.
+One module per concept, in packages that show the layers (lower ones never import higher ones):
+
+- ``attention``: the attention wing: the kernel contract and registry, masks and score modifiers,
+  multi-head attention, the key/value caches, recording, chapter 3's scoring modules, every kernel
+  (``attention.kernels``) and chapter 9's sparse package (``attention.sparse``);
+- ``models``: positions, the Transformer, the RNN baselines, the decoder-only language model and its
+  Hugging Face conversion;
+- ``decoding``: greedy, beam search and sampling, for translators and language models alike;
+- ``training``: the training loops, checkpoints and ``torchrun``;
+- ``data``: datasets, vocabularies and tokenizers;
+- ``teaching``: what only the book needs: plots, diagrams and the exercises' checkers (imported on
+  first use, so ``import course_lib`` does not import matplotlib);
+- ``assignments``: the instructor's tooling (student notebooks, grading).
+
+Chapters 1 and 2 live at the top: ``pooling`` (attention pooling), ``smoothing`` (smoothing kernels)
+and ``nadaraya_watson``. Everything a notebook uses is importable from here, flat: ``cl.MultiHeadAttention``.
 """
 
-# Chapters 4-8: multi-head attention, positions, the Transformer, the RNN baseline, training and decoding.
-from . import data, diagrams, sparse
-from .alibi import ALiBiKernel, alibi_bias, alibi_slopes
-from .attention import attention_pool, parameter_free_self_attention, softmax_attention
-from .attention_kernels import AttentionKernel, attend, explicit_kernel, fused_kernel, keep_mask
-from .checkpoint import (
-    FORMAT_VERSION,
-    LM_FORMAT_VERSION,
-    CheckpointError,
-    load_checkpoint,
-    load_lm_checkpoint,
-    save_checkpoint,
-    save_lm_checkpoint,
+from . import data
+from .attention import sparse
+from .attention.cache import BlockPool, Cache, KVCache, PagedKVCache, SinkCache, SlidingWindowCache
+from .attention.contract import AttentionKernel, Capabilities, repeat_kv
+from .attention.kernels.alibi import ALiBiKernel, alibi_bias, alibi_mod, alibi_slopes
+from .attention.kernels.explicit import explicit_kernel
+from .attention.kernels.flash import (
+    FlashIO,
+    FlashKernel,
+    OnlineSoftmax,
+    flash_attention,
+    flash_io,
+    flash_tile_map,
+    online_softmax,
+)
+from .attention.kernels.fused import fused_kernel
+from .attention.kernels.linear import (
+    LINEAR_ATTENTION_MODES,
+    LinearAttentionState,
+    LinearKernel,
+    elu_feature_map,
+    feature_map_kernel,
+    linear_attention,
+    linear_attention_step,
+    nadaraya_watson_attention,
+)
+from .attention.kernels.rotary import (
+    RotaryEmbedding,
+    RotaryKernel,
+    rotary_embedding,
+    rotary_frequencies,
+    rotary_permutation,
+)
+from .attention.kernels.sliding_window import SlidingWindowKernel
+from .attention.masks import (
+    MaskMod,
+    causal_mask,
+    causal_mod,
+    keep_mask,
+    lengths_to_mask,
+    masked_softmax,
+    padding_mask,
+    padding_mod,
+    query_positions,
+    sequence_mask,
+    sliding_window_mod,
+    softmax_with_keep,
+    valid_lens_to_mask,
+)
+from .attention.multihead import MultiHeadAttention
+from .attention.recording import AttentionModule, attention_modules, recording_attention, store_attention_weights
+from .attention.registry import attend, attention_kernel, kernel_names, register_kernel
+from .attention.score_mods import ScoreMod
+from .attention.scoring import (
+    AdditiveAttention,
+    BilinearAttention,
+    CosineAttention,
+    DotProductAttention,
+    additive_scores,
+    bilinear_scores,
+    cosine_scores,
+    dot_product_scores,
+)
+from .attention.sparse import (
+    SparseKernel,
+    SparseMultiHeadAttention,
+    default_stride,
+    dense_attention,
+    fixed_attention,
+    fixed_pattern,
+    fused_attention,
+    peak_memory,
+    strided_attention,
+    strided_pattern,
 )
 from .data import (
     DataNotFoundError,
@@ -29,8 +105,11 @@ from .data import (
     load_fra_eng_subwords,
     load_python_lm,
 )
-from .decode import beam_search, decode_batch, default_max_len, greedy_decode, sequence_log_prob, translate
-from .decoder_lm import (
+from .decoding.protocol import Seq2SeqModel
+from .decoding.sampling import sample_next, top_k_filter, top_p_filter
+from .decoding.search import beam_search, decode_batch, default_max_len, greedy_decode, sequence_log_prob, translate
+from .metrics import bleu, corpus_bleu, detokenized_bleu, exact_match
+from .models.decoder_lm import (
     DecoderLM,
     DecoderLMBlock,
     DecoderLMConfig,
@@ -39,67 +118,8 @@ from .decoder_lm import (
     SwiGLU,
     swiglu_hidden_size,
 )
-from .flash_attention import (
-    FlashIO,
-    FlashKernel,
-    OnlineSoftmax,
-    flash_attention,
-    flash_io,
-    flash_tile_map,
-    online_softmax,
-)
-from .kernels import (
-    KERNELS,
-    boxcar_kernel,
-    epanechnikov_kernel,
-    gaussian_kernel,
-    get_kernel,
-    triangular_kernel,
-)
-from .linear_attention import (
-    LINEAR_ATTENTION_MODES,
-    LinearAttentionState,
-    LinearKernel,
-    elu_feature_map,
-    feature_map_kernel,
-    linear_attention,
-    linear_attention_step,
-    nadaraya_watson_attention,
-)
-from .masking import (
-    MaskMod,
-    causal_mask,
-    causal_mod,
-    lengths_to_mask,
-    masked_softmax,
-    padding_mask,
-    padding_mod,
-    sequence_mask,
-    sliding_window_mod,
-    softmax_with_keep,
-    valid_lens_to_mask,
-)
-from .metrics import bleu, corpus_bleu, detokenized_bleu, exact_match
-from .multihead import KVCache, MultiHeadAttention
-from .nadaraya_watson import (
-    NWKernelRegression,
-    fit_nw_kernel_regression,
-    leave_one_out,
-    nadaraya_watson,
-)
-from .plotting import (
-    BOOK_STYLE,
-    COLUMN_WIDTH,
-    plot_curves,
-    plot_kernels,
-    plot_regression,
-    show_heatmaps,
-    use_book_style,
-)
-from .positional import LearnedPositionalEmbedding, PositionalEncoding, sinusoidal_table
-from .progress import progress, progress_mode
-from .recording import AttentionModule, attention_modules, recording_attention, store_attention_weights
-from .rnn import (
+from .models.positional import LearnedPositionalEmbedding, PositionalEncoding, sinusoidal_table
+from .models.rnn import (
     BahdanauDecoder,
     BahdanauSeq2Seq,
     RNNDecoderState,
@@ -108,34 +128,43 @@ from .rnn import (
     Seq2SeqRNN,
     Seq2SeqRNNConfig,
 )
-from .rotary import RotaryKernel, rotary_embedding, rotary_frequencies, rotary_permutation
-from .sampling import sample_next, top_k_filter, top_p_filter
-from .scoring import (
-    AdditiveAttention,
-    BilinearAttention,
-    CosineAttention,
-    DotProductAttention,
-    additive_scores,
-    bilinear_scores,
-    cosine_scores,
-    dot_product_scores,
+from .models.transformer import (
+    AddNorm,
+    PositionWiseFFN,
+    Transformer,
+    TransformerConfig,
+    TransformerDecoder,
+    TransformerDecoderBlock,
+    TransformerDecoderState,
+    TransformerEncoder,
+    TransformerEncoderBlock,
 )
-from .seq2seq import Seq2SeqModel
-from .sliding_window import SlidingWindowCache, SlidingWindowKernel
-from .sparse import (
-    SparseKernel,
-    SparseMultiHeadAttention,
-    default_stride,
-    dense_attention,
-    fixed_attention,
-    fixed_pattern,
-    fused_attention,
-    peak_memory,
-    strided_attention,
-    strided_pattern,
-    use_sparse_attention,
+from .nadaraya_watson import (
+    NWKernelRegression,
+    fit_nw_kernel_regression,
+    leave_one_out,
+    nadaraya_watson,
 )
-from .train import (
+from .pooling import attention_pool, parameter_free_self_attention, softmax_attention
+from .progress import progress, progress_mode
+from .smoothing import (
+    KERNELS,
+    boxcar_kernel,
+    epanechnikov_kernel,
+    gaussian_kernel,
+    get_kernel,
+    triangular_kernel,
+)
+from .training.checkpoint import (
+    FORMAT_VERSION,
+    LM_FORMAT_VERSION,
+    CheckpointError,
+    load_checkpoint,
+    load_lm_checkpoint,
+    save_checkpoint,
+    save_lm_checkpoint,
+)
+from .training.train import (
     TrainHistory,
     evaluate,
     evaluate_lm,
@@ -146,18 +175,6 @@ from .train import (
     train_lm,
     train_seq2seq,
     warmup_lr,
-)
-from .training_plots import plot_history
-from .transformer import (
-    AddNorm,
-    PositionWiseFFN,
-    Transformer,
-    TransformerConfig,
-    TransformerDecoder,
-    TransformerDecoderBlock,
-    TransformerDecoderState,
-    TransformerEncoder,
-    TransformerEncoderBlock,
 )
 from .utils import (
     by_device,
@@ -172,7 +189,54 @@ from .utils import (
 
 __version__ = "0.1.0"
 
+# The teaching machinery draws with matplotlib: its names are imported when first used.
+_LAZY = {
+    "diagrams": ("course_lib.teaching.diagrams", None),
+    "BOOK_STYLE": ("course_lib.teaching.plotting", "BOOK_STYLE"),
+    "COLUMN_WIDTH": ("course_lib.teaching.plotting", "COLUMN_WIDTH"),
+    "plot_curves": ("course_lib.teaching.plotting", "plot_curves"),
+    "plot_kernels": ("course_lib.teaching.plotting", "plot_kernels"),
+    "plot_regression": ("course_lib.teaching.plotting", "plot_regression"),
+    "show_heatmaps": ("course_lib.teaching.plotting", "show_heatmaps"),
+    "use_book_style": ("course_lib.teaching.plotting", "use_book_style"),
+    "plot_history": ("course_lib.teaching.training_plots", "plot_history"),
+}
+
+
+def __getattr__(name: str) -> object:
+    """Import a teaching name (``cl.show_heatmaps``, ``cl.diagrams``, ...) on first use."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'course_lib' has no attribute {name!r}")
+    import importlib
+
+    module_name, attribute = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 __all__ = [
+    "top_p_filter",
+    "top_k_filter",
+    "sample_next",
+    "load_python_lm",
+    "RotaryEmbedding",
+    "SinkCache",
+    "PagedKVCache",
+    "Cache",
+    "BlockPool",
+    "query_positions",
+    "repeat_kv",
+    "register_kernel",
+    "kernel_names",
+    "attention_kernel",
+    "alibi_mod",
+    "ScoreMod",
+    "Capabilities",
     "ALiBiKernel",
     "AddNorm",
     "AdditiveAttention",
@@ -288,7 +352,6 @@ __all__ = [
     "load_fra_eng",
     "load_fra_eng_subwords",
     "load_lm_checkpoint",
-    "load_python_lm",
     "masked_cross_entropy",
     "masked_softmax",
     "model_device",
@@ -311,7 +374,6 @@ __all__ = [
     "rotary_embedding",
     "rotary_frequencies",
     "rotary_permutation",
-    "sample_next",
     "save_checkpoint",
     "save_lm_checkpoint",
     "seeded",
@@ -328,15 +390,12 @@ __all__ = [
     "strided_attention",
     "strided_pattern",
     "swiglu_hidden_size",
-    "top_k_filter",
-    "top_p_filter",
     "train_lm",
     "train_seq2seq",
     "translate",
     "triangular_kernel",
     "try_gpu",
     "use_book_style",
-    "use_sparse_attention",
     "valid_lens_to_mask",
     "warmup_lr",
 ]

@@ -26,8 +26,8 @@ from ._validation import (
     check_scalar_regression,
     check_tensor,
 )
-from .kernels import gaussian_kernel, get_kernel
 from .progress import progress as progress_bar
+from .smoothing import gaussian_kernel, get_kernel
 
 __all__ = ["nadaraya_watson", "NWKernelRegression", "fit_nw_kernel_regression",
            "leave_one_out"]

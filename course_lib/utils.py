@@ -186,3 +186,40 @@ def glue(name: str, value: float | int | str) -> None:
     except ImportError:  # not building the book: nothing reads the value
         return
     _myst_glue(name, value, display=False)
+
+
+def stacked_linear(x: torch.Tensor, layers: tuple[torch.nn.Linear, ...], memo: dict) -> torch.Tensor:
+    """Several linear layers of one input as one matrix product: ``x`` times their weights stacked.
+
+    Reading the input once instead of once per layer (the queries, keys and values of self-attention;
+    SwiGLU's gate and up projections). Under autograd the stack is formed at each call (its gradient flows
+    to each layer's weight); without it (decoding, evaluation) the stacked weights are kept in ``memo`` and
+    formed again only when a weight changed (its version counter or its storage).
+
+    Args:
+        x: (..., in_features).
+        layers: ``nn.Linear`` layers of one ``in_features``, all with or all without a bias.
+        memo: a dict the caller keeps (one per group of layers).
+
+    Returns:
+        (..., sum of the layers' out_features): the layers' outputs side by side.
+
+    Examples:
+        >>> layers = (torch.nn.Linear(4, 2), torch.nn.Linear(4, 3))
+        >>> x, memo = torch.randn(5, 4), {}
+        >>> with torch.no_grad():
+        ...     out = stacked_linear(x, layers, memo)
+        >>> out.shape, torch.allclose(out, torch.cat([layer(x) for layer in layers], -1)), memo["weight"].shape
+        (torch.Size([5, 5]), True, torch.Size([5, 4]))
+    """
+    has_bias = layers[0].bias is not None
+    if torch.is_grad_enabled() and any(layer.weight.requires_grad for layer in layers):
+        weight = torch.cat([layer.weight for layer in layers])
+        return torch.nn.functional.linear(x, weight, torch.cat([layer.bias for layer in layers]) if has_bias else None)
+    tensors = [t for layer in layers for t in ((layer.weight, layer.bias) if has_bias else (layer.weight,))]
+    key = tuple((t._version, t.data_ptr(), t.dtype, t.device) for t in tensors)
+    if memo.get("key") != key:
+        memo["key"] = key
+        memo["weight"] = torch.cat([layer.weight for layer in layers]).detach()
+        memo["bias"] = torch.cat([layer.bias for layer in layers]).detach() if has_bias else None
+    return torch.nn.functional.linear(x, memo["weight"], memo["bias"])

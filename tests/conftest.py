@@ -2,7 +2,12 @@
 ``notebooks`` marker, and the fixtures that run a test module's notebook solutions."""
 
 import functools
+import hashlib
+import http.server
+import io
 import sys
+import threading
+import zipfile
 from pathlib import Path
 
 import matplotlib
@@ -90,3 +95,57 @@ def _close_figures():
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+# --- the opt-in download of the English-French pairs, against a local server ----------------------------
+
+FRA_ENG_LINES = "".join(f"Go {i}.\tVa {i}\u202f!\tCC-BY 2.0 (France)\n" for i in range(40)).encode()
+
+
+def _fra_eng_archive() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr("fra-eng/_about.txt", "Tatoeba")
+        z.writestr("fra-eng/fra.txt", FRA_ENG_LINES)
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def fra_eng_server():
+    """A local HTTP server on 127.0.0.1 serving a small English-French archive at /fra-eng.zip:
+    ``(url, sha1, hits)``, the requests' paths in ``hits`` (the opt-in download of the library and of the
+    command line's --download is tested against it)."""
+    body = _fra_eng_archive()
+    hits = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            hits.append(self.path)
+            if self.path != "/fra-eng.zip":
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/fra-eng.zip", hashlib.sha1(body).hexdigest(), hits
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture
+def no_course_data(tmp_path, monkeypatch):
+    """An empty data folder and an empty cache folder."""
+    (tmp_path / "data").mkdir()
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path

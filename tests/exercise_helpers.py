@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import course_lib as cl
-from course_lib.exercises import CheckResult, check
+from course_lib.teaching.exercises import CheckResult, check
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 

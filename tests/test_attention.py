@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from course_lib.attention import attention_pool, parameter_free_self_attention, softmax_attention
+from course_lib.pooling import attention_pool, parameter_free_self_attention, softmax_attention
 
 Q = torch.tensor([[2.0, -1.0, 0.0], [-2.0, 1.0, 4.0]], dtype=torch.float64)
 K = torch.tensor([[2.0, 1.0, -1.0], [0.0, 3.0, -1.0], [1.0, 1.0, 3.0]], dtype=torch.float64)

@@ -189,14 +189,14 @@ def output_lines_over_the_column(nb) -> list[str]:
 
 # The browser test estimates figure text from pixels, which resolves whole pixels of glyph height
 # (about one point): it catches small text, not 8 pt against 9. So the sizes are also checked where
-# they are set: the book's style (course_lib.plotting.BOOK_STYLE) and every explicit size in a cell.
+# they are set: the book's style (course_lib.teaching.plotting.BOOK_STYLE) and every explicit size in a cell.
 _FONT_SIZE = re.compile(r"\b(?:fontsize|labelsize|size)\s*=\s*(\d+(?:\.\d+)?)\b|set_fontsize\(\s*(\d+(?:\.\d+)?)")
 _FONT_CONTEXT = re.compile(r"fontsize|labelsize|set_fontsize|legend|text\(|annotate|tick_params|title|label")
 MIN_FIGURE_PT = 9
 
 
 def test_the_book_style_sets_no_text_under_9_pt():
-    from course_lib.plotting import BOOK_STYLE
+    from course_lib.teaching.plotting import BOOK_STYLE
 
     sizes = {k: v for k, v in BOOK_STYLE.items() if k.endswith("size") and k != "figure.figsize"}
     assert sizes and min(sizes.values()) >= MIN_FIGURE_PT, sizes

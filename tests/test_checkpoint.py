@@ -5,10 +5,10 @@ import os
 import pytest
 import torch
 
-from course_lib import transformer
-from course_lib.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from course_lib.data import Vocab
-from course_lib.rnn import BahdanauSeq2Seq, Seq2SeqRNN, Seq2SeqRNNConfig
+from course_lib.models import transformer
+from course_lib.models.rnn import BahdanauSeq2Seq, Seq2SeqRNN, Seq2SeqRNNConfig
+from course_lib.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 
 def _vocabs():
@@ -34,6 +34,20 @@ def _transformer():
 
 MAKERS = {"bahdanau": lambda: _rnn(BahdanauSeq2Seq), "plain-rnn": lambda: _rnn(Seq2SeqRNN),
           "transformer": _transformer}
+
+
+def test_the_attention_kernels_named_in_the_config_survive_a_round_trip(tmp_path):
+    src, tgt = _vocabs()
+    config = transformer.TransformerConfig(len(src), len(tgt), num_hiddens=16, ffn_num_hiddens=32, num_heads=2,
+                                           num_enc_layers=1, num_dec_layers=1, dropout=0.0, kernel="sparse",
+                                           kernel_options={"pattern": "fixed", "stride": 3, "c": 1},
+                                           cross_kernel="explicit")
+    path = save_checkpoint(tmp_path / "m.pt", transformer.Transformer(config), src, tgt)
+    loaded, *_ = load_checkpoint(path, device="cpu")
+    assert loaded.config == config
+    assert repr(loaded.encoder.blocks[0].attention.kernel) == "SparseKernel('fixed', stride=3, c=1)"
+    assert repr(loaded.decoder.blocks[0].self_attention.kernel) == "SparseKernel('fixed', stride=3, c=1)"
+    assert repr(loaded.decoder.blocks[0].cross_attention.kernel) == "explicit_kernel"
 
 
 @pytest.mark.parametrize("name", MAKERS)
@@ -174,7 +188,8 @@ OFF_DEFAULT = {
     "transformer": lambda n_src, n_tgt: transformer.Transformer(_off_default(
         transformer.TransformerConfig, src_vocab_size=n_src, tgt_vocab_size=n_tgt, num_hiddens=12,
         ffn_num_hiddens=20, num_heads=3, num_enc_layers=1, num_dec_layers=3, dropout=0.3, max_len=40,
-        norm_first=True, positional="learned", pad_id=3, num_kv_heads=1)),
+        norm_first=True, positional="learned", pad_id=3, num_kv_heads=1, kernel="sliding_window",
+        kernel_options={"window": 5, "inner": "explicit"}, cross_kernel="fused")),
     "bahdanau": lambda n_src, n_tgt: BahdanauSeq2Seq(_off_default(
         Seq2SeqRNNConfig, src_vocab_size=n_src, tgt_vocab_size=n_tgt, embed_size=5, hidden_size=7, num_layers=3,
         dropout=0.3, pad_id=3)),
@@ -222,7 +237,7 @@ def _lm(positional="rotary", tie=True):
 @pytest.mark.parametrize("positional, tie", [("rotary", True), ("alibi", False), ("none", True),
                                              ("sinusoidal", False), ("learned", True)])
 def test_lm_round_trip_rebuilds_the_same_model_and_tokenizer(tmp_path, positional, tie):
-    from course_lib.checkpoint import load_lm_checkpoint, save_lm_checkpoint
+    from course_lib.training.checkpoint import load_lm_checkpoint, save_lm_checkpoint
 
     model, tokenizer = _lm(positional, tie)
     with torch.no_grad():
@@ -242,7 +257,7 @@ def test_lm_round_trip_rebuilds_the_same_model_and_tokenizer(tmp_path, positiona
 
 
 def test_each_loader_names_the_other_for_the_other_kind_of_file(tmp_path):
-    from course_lib.checkpoint import load_lm_checkpoint, save_lm_checkpoint
+    from course_lib.training.checkpoint import load_lm_checkpoint, save_lm_checkpoint
 
     model, tokenizer = _lm()
     lm_path = save_lm_checkpoint(tmp_path / "lm.pt", model, tokenizer)
@@ -262,7 +277,7 @@ def test_a_seq2seq_file_in_the_first_format_still_loads(tmp_path):
     model, src, tgt = _rnn()
     import dataclasses
 
-    torch.save({"format": "course_lib.seq2seq", "format_version": 1, "model_class": "BahdanauSeq2Seq",
+    torch.save({"format": "course_lib.decoding.protocol", "format_version": 1, "model_class": "BahdanauSeq2Seq",
                 "config": dataclasses.asdict(model.config), "state_dict": model.state_dict(),
                 "src_vocab": src.to_dict(), "tgt_vocab": tgt.to_dict(), "meta": {"task": "dates"}},
                tmp_path / "old.pt")
@@ -271,7 +286,7 @@ def test_a_seq2seq_file_in_the_first_format_still_loads(tmp_path):
 
 
 def _lm_resave(tmp_path, edit):
-    from course_lib.checkpoint import save_lm_checkpoint
+    from course_lib.training.checkpoint import save_lm_checkpoint
 
     model, tokenizer = _lm()
     path = save_lm_checkpoint(tmp_path / "lm.pt", model, tokenizer)
@@ -291,15 +306,15 @@ def _lm_resave(tmp_path, edit):
     (lambda c: c["state_dict"].pop("blocks.0.ffn.W_up.weight"), r"missing: blocks\.0\.ffn\.W_up\.weight"),
 ])
 def test_damaged_lm_checkpoints_are_named_checkpoint_errors(tmp_path, edit, words):
-    from course_lib.checkpoint import load_lm_checkpoint
+    from course_lib.training.checkpoint import load_lm_checkpoint
 
     with pytest.raises(CheckpointError, match=words):
         load_lm_checkpoint(_lm_resave(tmp_path, edit), device="cpu")
 
 
 def test_save_lm_checkpoint_refuses_what_does_not_fit(tmp_path):
-    from course_lib.checkpoint import save_lm_checkpoint
     from course_lib.data import SubwordTokenizer
+    from course_lib.training.checkpoint import save_lm_checkpoint
 
     model, tokenizer = _lm()
     with pytest.raises(TypeError, match="DecoderLM"):

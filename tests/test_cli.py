@@ -2,6 +2,7 @@
 
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,7 +78,8 @@ def test_python_dash_m_entry_point_translates_and_fails_cleanly(dates_checkpoint
     assert "corrupted or truncated" in fail.stderr
 
 
-def _one_line_error(capsys, argv, exit_code=None):
+def _one_line_error(capsys, argv, exit_code=1):
+    """The one line on stderr of a failing command; usage errors exit 2 (argparse), runtime errors return 1."""
     if exit_code == 2:
         with pytest.raises(SystemExit) as info:
             main(argv)
@@ -85,7 +87,7 @@ def _one_line_error(capsys, argv, exit_code=None):
     else:
         code = main(argv)
     err = capsys.readouterr().err
-    assert code != 0
+    assert code == exit_code, (code, err)
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     return err
 
@@ -111,7 +113,13 @@ def _one_line_error(capsys, argv, exit_code=None):
         (["generate"], "--checkpoint"),
         (["generate", "--checkpoint", "x.pt", "--temperature", "-1"], "--temperature: must be a number >= 0"),
         (["generate", "--checkpoint", "x.pt", "--top-k", "0"], "--top-k: must be a positive integer"),
+        (["train", "--task", "dates", "--device", "gpu"], "--device: expected a device such as cpu, cuda"),
+        (["translate", "--checkpoint", "x.pt", "--device", "cuda:x"], "--device: expected a device"),
+        (["generate", "--checkpoint", "x.pt", "--device", "meta"], "course_lib runs on cpu, cuda, mps, xpu"),
+        (["train", "--task", "dates", "--download"], "--download applies to --task fra-eng and lm only"),
+        (["train", "--task", "fra-eng", "--data", "x.tsv", "--download"], "give one or the other"),
         (["generate", "--checkpoint", "x.pt", "--top-p", "1.5"], "--top-p: must be in [0, 1]"),
+        (["train", "--task", "lm", "--corpus", "python", "--download"], "--corpus python reads the standard library"),
     ],
 )
 def test_bad_arguments_are_one_line_usage_errors(capsys, argv, match):
@@ -125,7 +133,8 @@ def test_missing_data_file_is_a_one_line_error(capsys, tmp_path):
 
 
 def test_data_option_with_the_dates_task_is_refused(capsys, tmp_path):
-    err = _one_line_error(capsys, ["train", "--task", "dates", "--data", str(tmp_path), "--minutes", "0.01"])
+    err = _one_line_error(capsys, ["train", "--task", "dates", "--data", str(tmp_path), "--minutes", "0.01"],
+                          exit_code=2)
     assert "--data applies to --task fra-eng and lm only" in err
 
 
@@ -274,6 +283,115 @@ def test_train_lm_without_a_usable_file_is_a_one_line_error(capsys, tmp_path):
     short.write_text("Go.\nHi.\nRun!\nWow.\n", encoding="utf-8")
     err = _one_line_error(capsys, ["train", "--task", "lm", "--data", str(short), "--vocab-size", "270"])
     assert "no window of length 64" in err
+
+
+# --- the device, checked first; the data, said in the shell's words; the exit statuses ------------------
+
+
+@pytest.fixture
+def nothing_loads(monkeypatch):
+    """Fail the test if a command reads data or a checkpoint (the device must be refused before)."""
+    import course_lib.data as data
+    import course_lib.training.checkpoint as checkpoint
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("data or a checkpoint was loaded before the device was checked")
+
+    for name in ("load_dates", "load_fra_eng", "load_fra_eng_subwords", "load_english_lm"):
+        monkeypatch.setattr(data, name, loaded)
+    for name in ("load_checkpoint", "load_lm_checkpoint"):
+        monkeypatch.setattr(checkpoint, name, loaded)
+
+
+@pytest.mark.parametrize("command", [["train", "--task", "dates"], ["train", "--task", "lm"],
+                                     ["translate", "--checkpoint", "x.pt", "hi"],
+                                     ["generate", "--checkpoint", "x.pt", "hi"]])
+def test_a_cuda_device_on_a_torch_without_cuda_is_one_line_before_anything_loads(capsys, monkeypatch, nothing_loads,
+                                                                                 command):
+    import torch
+
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    err = _one_line_error(capsys, [*command, "--device", "cuda"])
+    assert f"--device cuda: this torch ({torch.__version__}) is built without CUDA" in err
+
+
+def test_unavailable_gpus_and_mps_are_one_line_runtime_errors(capsys, monkeypatch, nothing_loads):
+    import torch
+
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert "torch sees no CUDA GPU here" in _one_line_error(capsys, ["train", "--task", "dates", "--device", "cuda"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    err = _one_line_error(capsys, ["train", "--task", "dates", "--device", "cuda:2"])
+    assert "this machine has 2 CUDA device(s), cuda:0 to cuda:1" in err
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert "Apple's MPS is not available here" in _one_line_error(
+        capsys, ["translate", "--checkpoint", "x.pt", "--device", "mps", "hi"])
+
+
+@pytest.mark.skipif(__import__("torch").backends.cuda.is_built(), reason="this torch has CUDA")
+def test_device_cuda_in_a_shell_on_this_cpu_torch_exits_1_without_a_traceback():
+    """The issue's case as a user meets it: a real process, torch's CPU build, no monkeypatching."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "course_lib", "train", "--task", "dates", "--device", "cuda"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr and "AssertionError" not in done.stderr
+    assert done.stderr.count("\n") == 1 and "built without CUDA" in done.stderr and not done.stdout
+
+
+@pytest.mark.parametrize("task", ["fra-eng", "lm"])
+def test_missing_data_says_what_to_type(capsys, no_course_data, task):
+    err = _one_line_error(capsys, ["train", "--task", task, "--device", "cpu"])
+    assert "fra-eng/fra.txt is missing" in err and "add --download" in err and "--data PATH" in err
+    assert "download=True" not in err and "nothing is downloaded" not in err
+    assert not (no_course_data / "cache").exists()
+
+
+def test_data_naming_a_folder_says_so(capsys, no_course_data):
+    (no_course_data / "data" / "fra-eng").mkdir()
+    (no_course_data / "data" / "fra-eng" / "fra.txt").write_text("Go.\tVa !\n", encoding="utf-8")
+    err = _one_line_error(capsys, ["train", "--task", "fra-eng", "--data", str(no_course_data / "data")])
+    assert f"--data {no_course_data / 'data'} is a folder: give the file itself" in err
+    assert f"({no_course_data / 'data' / 'fra-eng' / 'fra.txt'} is there)" in err and "does not exist" not in err
+    missing = str(no_course_data / "nope.txt")
+    assert "no such file" in _one_line_error(capsys, ["train", "--task", "lm", "--data", missing])
+
+
+def test_download_fetches_the_pairs_once_from_a_local_server(capsys, no_course_data, fra_eng_server, monkeypatch,
+                                                             tmp_path):
+    """--download against a local HTTP server on 127.0.0.1 (conftest's, as the library's download test), then the
+    cached copy."""
+    from course_lib.data import download as download_module
+
+    url, sha1, hits = fra_eng_server
+    monkeypatch.setattr(download_module, "FRA_ENG_URL", url)
+    monkeypatch.setattr(download_module, "FRA_ENG_SHA1", sha1)
+    out = io.StringIO()
+    rc = main(["train", "--task", "fra-eng", "--download", "--vocab", "word", "--model", "rnn", "--epochs", "1",
+               "--device", "cpu", "--out", str(tmp_path / "fe.pt")], stdout=out)
+    assert rc == 0 and "BLEU" in out.getvalue(), capsys.readouterr().err
+    cached = no_course_data / "cache" / "fra-eng" / "fra.txt"
+    assert hits == ["/fra-eng.zip"] and cached.is_file()
+    assert f"English-French pairs: {cached} (downloaded once from {url}" in capsys.readouterr().err
+    rc = main(["train", "--task", "lm", "--download", "--epochs", "1", "--context", "4", "--vocab-size", "260",
+               "--device", "cpu", "--out", str(tmp_path / "lm.pt")], stdout=io.StringIO())
+    assert rc == 0 and hits == ["/fra-eng.zip"], "the second run reads the cached copy"
+
+
+def test_evaluation_time_is_reported_beside_the_budget(dates_checkpoint):
+    _, report = dates_checkpoint
+    assert re.search(r"evaluated in \d+\.\d s, after the --minutes budget", report), report
+
+
+def test_help_says_evaluation_is_not_in_the_budget_and_how_to_download(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--help"])
+    assert info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "evaluation after it is not counted" in text
+    assert "--download" in text and "nothing is downloaded without it" in text
 
 
 def test_train_lm_on_a_folder_of_python_modules_keeps_its_whitespace(tmp_path):

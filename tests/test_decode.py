@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib import transformer
 from course_lib.data import Vocab
-from course_lib.decode import beam_search, greedy_decode, sequence_log_prob, translate
-from course_lib.rnn import BahdanauSeq2Seq, Seq2SeqRNN, Seq2SeqRNNConfig
+from course_lib.decoding.search import beam_search, greedy_decode, sequence_log_prob, translate
+from course_lib.models import transformer
+from course_lib.models.rnn import BahdanauSeq2Seq, Seq2SeqRNN, Seq2SeqRNNConfig
 
 BOS, EOS = 1, 2
 
@@ -159,7 +159,7 @@ def _all_hypotheses(V, max_len):
 
 
 def _score(model, src, lens, hyp):
-    """log P(hyp | src) by teacher forcing, written out independently of course_lib.decode."""
+    """log P(hyp | src) by teacher forcing, written out independently of course_lib.decoding.search."""
     tgt_in = torch.tensor([[BOS] + hyp[:-1]])
     with torch.no_grad():
         logp = F.log_softmax(model(src, lens, tgt_in), dim=-1)[0]
@@ -318,7 +318,7 @@ def test_translate_rejects_bad_arguments():
 
 
 def _reference_beam(model, src, lens, V, max_len, beam_size, alpha, norm, prune_normalised=True):
-    """Beam search on one sentence, written with Python lists, independently of course_lib.decode.
+    """Beam search on one sentence, written with Python lists, independently of course_lib.decoding.search.
 
     A hypothesis is (tokens, log-probability, finished). At every step each live hypothesis is
     extended by every token; a finished one is carried over unchanged. The ``beam_size`` best
@@ -386,7 +386,7 @@ def test_pruning_by_the_normalised_score_matters_on_the_narrow_beam_cases():
 
 
 def test_default_max_len_is_twice_the_longest_source_plus_ten_capped_by_the_model():
-    from course_lib.decode import default_max_len
+    from course_lib.decoding.search import default_max_len
 
     lens = torch.tensor([3, 7, 5])
     assert default_max_len(nn.Linear(1, 1), lens) == 2 * 7 + 10

@@ -34,7 +34,6 @@ from course_lib import (  # noqa: E402
     LearnedPositionalEmbedding,
     PositionalEncoding,
     RMSNorm,
-    RotaryKernel,
     SwiGLU,
     recording_attention,
     sample_next,
@@ -136,7 +135,7 @@ def _hf_layer_and_block(theta=10000.0, kv_heads=2):
     """A LlamaDecoderLayer from a local config and a DecoderLMBlock with its weights copied (float64)."""
     config = _hf_config(kv_heads=kv_heads, theta=theta)
     layer = _randomize(LlamaDecoderLayer(config, layer_idx=0).double().eval())
-    block = DecoderLMBlock(D, HEADS, FFN, num_kv_heads=kv_heads, kernel=RotaryKernel(base=theta),
+    block = DecoderLMBlock(D, HEADS, FFN, num_kv_heads=kv_heads, rope_base=theta,
                            norm_eps=config.rms_norm_eps).double().eval()
     a, m = layer.self_attn, layer.mlp
     block.load_state_dict({
@@ -296,6 +295,28 @@ def test_cached_steps_equal_the_uncached_forward(positional):
     torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("positional", ["rotary", "alibi", "learned"])
+def test_a_cropped_state_continues_as_if_the_dropped_tokens_were_never_fed(positional):
+    lm = _own_model(positional)
+    tokens = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(4))
+    _, state = lm.step(tokens[:, :7])
+    assert len(state.crop(4)) == 4
+    logits, _ = lm.step(tokens[:, 7:], state)  # now at positions 4 and 5
+    expected = lm(torch.cat([tokens[:, :4], tokens[:, 7:]], 1))[:, 4:]
+    torch.testing.assert_close(logits, expected, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="length must be at most the 4 cached steps"):
+        state.crop(5)
+
+
+def test_in_place_steps_equal_the_functional_ones():
+    lm = _own_model()
+    tokens = torch.randint(0, VOCAB, (2, 6), generator=torch.Generator().manual_seed(5))
+    state = lm.init_state()
+    pieces = [lm.step_(tokens[:, :4], state), lm.step_(tokens[:, 4:5], state), lm.step_(tokens[:, 5:], state)]
+    assert len(state) == 6
+    torch.testing.assert_close(torch.cat(pieces, 1), lm(tokens), rtol=0, atol=1e-12)
+
+
 def test_step_leaves_the_given_state_unchanged():
     lm = _own_model()
     tokens = torch.randint(0, VOCAB, (2, 4))
@@ -373,8 +394,13 @@ def test_generation_draws_each_token_with_sample_next():
 
 def test_generation_runs_one_position_per_step_after_the_prompt():
     lm = _own_model()
-    lengths = []
-    lm.blocks[0].register_forward_hook(lambda module, args, out: lengths.append(args[0].shape[1]))
+    lengths, compute = [], lm.blocks[0].compute
+
+    def recorded(X, *args, **kwargs):  # the positions the first block runs at each call
+        lengths.append(X.shape[1])
+        return compute(X, *args, **kwargs)
+
+    lm.blocks[0].compute = recorded
     lm.generate(torch.zeros(2, 3, dtype=torch.long), 5)
     assert lengths == [3, 1, 1, 1, 1]  # the prompt once, then one new token per step (the cache holds the rest)
 

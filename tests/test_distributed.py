@@ -1,4 +1,4 @@
-"""Data-parallel training (course_lib.distributed, train_seq2seq under torchrun) with 2 CPU processes (gloo).
+"""Data-parallel training (course_lib.training.distributed, train_seq2seq under torchrun) with 2 CPU processes (gloo).
 
 The check that matters: one step on 2 ranks with batches of b pairs each equals one step on 1 rank
 with batches of 2b, i.e. DDP's gradient averaging plus the token weighting of each rank's loss give
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import course_lib as cl
-from course_lib.distributed import DistContext, init_distributed, shard_batches
+from course_lib.training.distributed import DistContext, init_distributed, shard_batches
 
 # The end of each worker script: one_step's model gives its parameters and gradients, and run under torchrun the
 # script saves them (with the history) to <folder>/rank<r>.pt.
@@ -26,7 +26,7 @@ RUN_ONE_STEP = textwrap.indent(textwrap.dedent('''
 '''), "    ") + textwrap.dedent('''
     if __name__ == "__main__":
         import torch.distributed as dist
-        from course_lib.distributed import init_distributed
+        from course_lib.training.distributed import init_distributed
         context, device = init_distributed("cpu")
         history, params, grads = one_step(int(sys.argv[2]))
         torch.save({"steps": history.steps, "world_size": history.world_size, "loss": history.train_loss,

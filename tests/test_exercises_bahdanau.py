@@ -8,8 +8,8 @@ import torch
 from exercise_helpers import fails_with, passes
 
 import course_lib as cl
-from course_lib.exercises import check
-from course_lib.exercises.bahdanau import _loop_context
+from course_lib.teaching.exercises import check
+from course_lib.teaching.exercises.bahdanau import _loop_context
 
 NOTEBOOK = "04_bahdanau_attention.ipynb"
 

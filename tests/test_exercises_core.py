@@ -12,7 +12,7 @@ import pytest
 import torch
 from exercise_helpers import solution_cells, solution_namespace, stub
 
-from course_lib.exercises import ExerciseFailure, _core, check, checker
+from course_lib.teaching.exercises import ExerciseFailure, _core, check, checker
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 _CALL = re.compile(r"check\(\s*\"([^\"]+)\",\s*(\w+)\s*\)")
@@ -134,7 +134,7 @@ def registered():
 
 
 def test_a_bug_in_the_checker_is_not_reported_as_the_students_error(monkeypatch):
-    from course_lib.exercises import scoring
+    from course_lib.teaching.exercises import scoring
 
     # The checker's reference now fails (a TypeError raised inside course_lib), after a right answer returned.
     monkeypatch.setattr(scoring, "_loop_masked_softmax", _core._fmt)

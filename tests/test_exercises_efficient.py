@@ -11,7 +11,7 @@ import torch
 from exercise_helpers import BOOK, fails_with, passes
 
 import course_lib as cl
-from course_lib.exercises import list_exercises
+from course_lib.teaching.exercises import list_exercises
 
 NOTEBOOK = "10_efficient_attention.ipynb"
 

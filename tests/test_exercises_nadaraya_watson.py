@@ -8,7 +8,7 @@ import torch
 from exercise_helpers import fails_with, passes
 
 import course_lib as cl
-from course_lib.exercises.nadaraya_watson import _loop_loo_loss, _loop_nw
+from course_lib.teaching.exercises.nadaraya_watson import _loop_loo_loss, _loop_nw
 
 NOTEBOOK = "02_nadaraya_watson.ipynb"
 
@@ -268,7 +268,7 @@ def test_leave_one_out_loss_wrong_answers_fail_with_hint(answer, hint):
 
 
 def test_checkers_are_listed():
-    from course_lib.exercises import list_exercises
+    from course_lib.teaching.exercises import list_exercises
 
     listed = list_exercises()
     assert "nadaraya_watson.nw_predict" in listed

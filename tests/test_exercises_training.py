@@ -8,8 +8,8 @@ import torch
 from exercise_helpers import fails_with, passes
 
 import course_lib as cl
-from course_lib.exercises import check
-from course_lib.exercises import training as training_checkers
+from course_lib.teaching.exercises import check
+from course_lib.teaching.exercises import training as training_checkers
 
 NOTEBOOK = "08_training_and_inference.ipynb"
 
@@ -315,7 +315,7 @@ def test_beam_reference_is_the_librarys_beam_search_on_a_transformer():
 
 
 def test_beam_cases_expose_every_mistake_in_every_variant():
-    from course_lib.exercises._core import _VARIANT
+    from course_lib.teaching.exercises._core import _VARIANT
 
     for variant in (0, 1, 2):
         token = _VARIANT.set(variant)

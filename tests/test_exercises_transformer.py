@@ -172,7 +172,7 @@ def test_encoder_block_independent_answer_passes(variant):
 
 
 def test_encoder_block_hidden_variants_draw_other_sizes_with_and_without_padding():
-    from course_lib.exercises import _core, transformer
+    from course_lib.teaching.exercises import _core, transformer
 
     book = transformer._encoder_block_cases()
     for variant in (1, 2):

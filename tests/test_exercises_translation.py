@@ -312,8 +312,8 @@ def test_bpe_no_pair_must_give_none():
 
 
 def test_bpe_cases_expose_every_mistake_in_every_variant():
-    from course_lib.exercises import translation as translation_checkers
-    from course_lib.exercises._core import _VARIANT
+    from course_lib.teaching.exercises import translation as translation_checkers
+    from course_lib.teaching.exercises._core import _VARIANT
 
     for variant in (0, 1, 2, 3):
         token = _VARIANT.set(variant)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 import course_lib as cl
-from course_lib.attention_kernels import keep_mask
+from course_lib.attention.masks import keep_mask
 
 
 def _randn(*shape, seed=0, dtype=torch.float64, requires_grad=False):

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from course_lib.kernels import (
+from course_lib.smoothing import (
     COMPACT_KERNELS,
     KERNELS,
     boxcar_kernel,

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from course_lib.masking import (
+from course_lib.attention.masks import (
     causal_mask,
     lengths_to_mask,
     masked_softmax,
@@ -437,8 +437,8 @@ def test_causal_mask_equals_numpy_tri(n_q, n_k, offset):
 
 # --- MaskMod: masks as rules, checked against loops and torch's FlexAttention -----------------------
 
-from course_lib.masking import MaskMod, causal_mod, padding_mod, sliding_window_mod  # noqa: E402
-from course_lib.sparse import fixed_mod, strided_mod  # noqa: E402
+from course_lib.attention.masks import MaskMod, causal_mod, padding_mod, sliding_window_mod  # noqa: E402
+from course_lib.attention.sparse import fixed_mod, strided_mod  # noqa: E402
 
 
 def _loop_mask(rule, n_q, n_k, batch=1):

@@ -1,4 +1,4 @@
-"""Tests for course_lib.multihead: MultiHeadAttention, KVCache, and recording its weights.
+"""Tests for course_lib.attention.multihead: MultiHeadAttention, KVCache, and recording its weights.
 
 References: torch.nn.MultiheadAttention with the same weights, a brute-force loop over
 (batch, head, query), F.scaled_dot_product_attention semantics, autograd.gradcheck.
@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 from torch import nn
 
 from course_lib import padding_mask, recording_attention, store_attention_weights
-from course_lib.attention_kernels import explicit_kernel, fused_kernel
-from course_lib.multihead import KVCache, MultiHeadAttention
+from course_lib.attention.cache import KVCache
+from course_lib.attention.kernels.explicit import explicit_kernel
+from course_lib.attention.kernels.fused import fused_kernel
+from course_lib.attention.multihead import MultiHeadAttention
 
 D, H = 16, 4
 
@@ -451,9 +453,9 @@ def test_the_causal_flag_and_the_causal_mask_helper_agree_for_any_number_of_quer
     mha = MultiHeadAttention(16, 4).eval()
     q, kv = torch.randn(2, n_q, 16), torch.randn(2, n_k, 16)
     torch.testing.assert_close(mha(q, kv, kv, causal=True), mha(q, kv, kv, mask=cl.causal_mask(n_q, n_k)))
-    # And the fused-kernel helper means the same by is_causal.
+    # And the fused-kernel helper means the same by causal.
     qh, kh = torch.randn(2, n_q, 8), torch.randn(2, n_k, 8)
-    torch.testing.assert_close(cl.fused_attention(qh, kh, kh, is_causal=True),
+    torch.testing.assert_close(cl.fused_attention(qh, kh, kh, causal=True),
                                cl.fused_attention(qh, kh, kh, mask=cl.causal_mask(n_q, n_k)))
 
 
@@ -511,12 +513,18 @@ def test_any_kernel_plugs_in_without_changing_the_module(kernel):
     x = torch.randn(2, 5, D)
     calls = []
 
-    def spy(*args, **kwargs):
-        calls.append(kwargs)
-        return kernel(*args, **kwargs)
+    class Spy:
+        name, supports = "spy", kernel.supports
+
+        def __repr__(self):
+            return "spy"
+
+        def __call__(self, *args, **kwargs):
+            calls.append(kwargs)
+            return kernel(*args, **kwargs)
 
     reference = mha(x, x, x, padding_mask([5, 3], 5), causal=True)
-    mha.kernel = spy
+    mha.kernel = Spy()
     torch.testing.assert_close(mha(x, x, x, padding_mask([5, 3], 5), causal=True), reference)
     assert calls and calls[0]["causal"] is True and "spy" in repr(mha)
 

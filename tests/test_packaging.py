@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 try:
@@ -81,4 +82,47 @@ def test_one_version_number_for_the_package_the_library_and_the_citation():
     assert course_lib.__version__ == version, f"course_lib.__version__ {course_lib.__version__} != pyproject {version}"
     assert str(citation["version"]) == version, f"CITATION.cff says {citation['version']}, pyproject {version}"
     assert citation["cff-version"] == "1.2.0"
-    assert {"MIT", "CC-BY-4.0"} <= set(citation["license"]), citation["license"]
+
+
+def test_citation_says_which_licence_covers_what():
+    """The software (the code) is MIT, the book's text and figures CC BY 4.0: one licence each, not a list (a
+    list under `license:` means either licence for the whole, at the user's choice)."""
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert citation["type"] == "software" and citation["license"] == "MIT", citation["license"]
+    books = [r for r in citation.get("references", []) if r.get("type") == "book"]
+    assert len(books) == 1 and books[0]["license"] == "CC-BY-4.0", books
+    assert "MIT" in (ROOT / "LICENSE").read_text() and "CC BY 4.0" in (ROOT / "LICENSE-CC-BY-4.0").read_text()
+
+
+def test_pep_639_licence_metadata():
+    """`license = "MIT"` and `license-files` (PEP 639) with setuptools >= 77: the table form
+    `license = { file = ... }` is deprecated by setuptools and stops building in 2027."""
+    project = PYPROJECT["project"]
+    assert project["license"] == "MIT", project["license"]
+    assert project["license-files"] == ["LICENSE"] and (ROOT / "LICENSE").is_file()
+    requires = PYPROJECT["build-system"]["requires"]
+    setuptools = [r for r in requires if _name(r) == "setuptools"]
+    assert setuptools and re.search(r">=\s*(\d+)", setuptools[0]) and int(
+        re.search(r">=\s*(\d+)", setuptools[0]).group(1)) >= 77, requires
+    assert {"Homepage", "Repository", "Issues", "Changelog"} <= set(project["urls"]), project.get("urls")
+
+
+def test_the_built_metadata_has_the_licence_expression_and_no_deprecation(tmp_path):
+    """The wheel's metadata as setuptools writes it (PEP 517's prepare_metadata_for_build_wheel, in a fresh
+    process): License-Expression: MIT, the licence file, the project URLs, and no licence deprecation warning."""
+    import subprocess
+    import sys
+
+    setuptools = pytest.importorskip("setuptools")
+    if int(setuptools.__version__.split(".")[0]) < 77:
+        pytest.skip(f"setuptools {setuptools.__version__} here; the build requires >= 77 (pip installs it to build)")
+    code = ("import sys; from setuptools import build_meta; "
+            "print(build_meta.prepare_metadata_for_build_wheel(sys.argv[1]))")
+    done = subprocess.run([sys.executable, "-W", "always", "-c", code, str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "licen" not in done.stderr.lower() or "deprecat" not in done.stderr.lower(), done.stderr[-2000:]
+    metadata = (tmp_path / done.stdout.strip().splitlines()[-1] / "METADATA").read_text()
+    assert "License-Expression: MIT" in metadata and "License-File: LICENSE" in metadata
+    assert "\nLicense: " not in metadata, "the deprecated License field"
+    assert "Project-URL: Repository, " in metadata

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from course_lib.kernels import KERNELS
-from course_lib.plotting import plot_curves, plot_kernels, plot_regression, show_heatmaps
+from course_lib.smoothing import KERNELS
+from course_lib.teaching.plotting import plot_curves, plot_kernels, plot_regression, show_heatmaps
 
 
 def _image_axes(fig):

@@ -1,11 +1,11 @@
-"""Tests for course_lib.positional: sinusoidal table, PositionalEncoding, LearnedPositionalEmbedding."""
+"""Tests for course_lib.models.positional: sinusoidal table, PositionalEncoding, LearnedPositionalEmbedding."""
 
 import math
 
 import pytest
 import torch
 
-from course_lib.positional import LearnedPositionalEmbedding, PositionalEncoding, sinusoidal_table
+from course_lib.models.positional import LearnedPositionalEmbedding, PositionalEncoding, sinusoidal_table
 
 
 @pytest.mark.parametrize("num_hiddens", [1, 6, 7, 32])

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from course_lib import recording_attention
-from course_lib.rnn import BahdanauSeq2Seq, Seq2SeqRNN, Seq2SeqRNNConfig
+from course_lib.models.rnn import BahdanauSeq2Seq, Seq2SeqRNN, Seq2SeqRNNConfig
 
 SRC_V, TGT_V = 11, 9
 

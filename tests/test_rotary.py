@@ -213,7 +213,9 @@ def test_kernel_describes_itself():
     (lambda: rotary_embedding(torch.randn(2, 4), interleaved=1), TypeError, "interleaved"),
     (lambda: cl.rotary_permutation(5), ValueError, "even"),
     (lambda: cl.rotary_frequencies(0), ValueError, "head_size"),
-    (lambda: RotaryKernel(inner="fused"), TypeError, "inner"),
+    (lambda: RotaryKernel(inner=print), TypeError, "AttentionKernel"),
+    (lambda: RotaryKernel(inner="fused"), TypeError, "AttentionKernel"),
+    (lambda: cl.attention_kernel("rotary", inner="fuse"), ValueError, "kernel must be one of"),
     (lambda: RotaryKernel(base=0.5), ValueError, "base"),
     (lambda: RotaryKernel()(*(torch.randn(1, 1, 2, 3),) * 3), ValueError, "even head size"),
     (lambda: MultiHeadAttention(12, 4, kernel=RotaryKernel())(*(torch.randn(1, 2, 12),) * 3), ValueError, "even"),
@@ -221,3 +223,43 @@ def test_kernel_describes_itself():
 def test_bad_input_is_refused_with_a_clear_message(call, error, words):
     with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
         call()
+
+
+# --- rotated once, before the cache ----------------------------------------------------------------------
+
+
+def test_rotating_before_the_cache_equals_rotating_in_the_kernel_and_caches_rotated_keys():
+    torch.manual_seed(11)
+    in_kernel = MultiHeadAttention(16, 4, num_kv_heads=2, kernel=RotaryKernel()).double().eval()
+    before = MultiHeadAttention(16, 4, num_kv_heads=2, rotary=cl.RotaryEmbedding(4)).double().eval()
+    before.load_state_dict(in_kernel.state_dict())
+    x = torch.randn(2, 9, 16, dtype=torch.float64)
+    full = in_kernel(x, x, x, causal=True)
+    cache = cl.KVCache()
+    steps = [before(x[:, :4], x[:, :4], x[:, :4], causal=True, kv_cache=cache)]
+    steps += [before(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], causal=True, kv_cache=cache) for t in range(4, 9)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=1e-12)
+    torch.testing.assert_close(before(x, x, x, causal=True), full, rtol=0, atol=1e-12)
+    keys = before.W_k(x).view(2, 9, 2, 4).transpose(1, 2)  # (B, H_kv, T, d_h), unrotated
+    torch.testing.assert_close(cache.keys, rotary_embedding(keys), rtol=0, atol=1e-12)  # cached rotated
+
+
+@pytest.mark.parametrize("start", [0, 3, 70, 200])
+def test_the_rotary_table_gives_the_rotation_at_any_position(start):
+    rope = cl.RotaryEmbedding(8, base=500.0)
+    x = torch.randn(2, 3, 5, 8, dtype=torch.float64)
+    expected = rotary_embedding(x, positions=torch.arange(start, start + 5), base=500.0)
+    torch.testing.assert_close(rope(x, start), expected, rtol=0, atol=1e-12)
+    assert rope.table(1, x.device, x.dtype)[0].shape[0] >= start + 5  # the table grew to cover it
+
+
+def test_a_decoder_rotating_before_the_cache_equals_one_rotating_in_the_kernel():
+    base = dict(vocab_size=40, num_hiddens=16, num_heads=4, num_kv_heads=2, num_layers=2)
+    cl.set_seed(12)
+    engine = cl.DecoderLM(cl.DecoderLMConfig(**base)).double().eval()
+    kernel = cl.DecoderLM(cl.DecoderLMConfig(**base, positional="none", kernel="rotary")).double().eval()
+    kernel.load_state_dict(engine.state_dict())
+    tokens = torch.randint(0, 40, (2, 12), generator=torch.Generator().manual_seed(12))
+    torch.testing.assert_close(engine(tokens), kernel(tokens), rtol=0, atol=1e-12)
+    assert torch.equal(engine.generate(tokens[:, :5], 7, temperature=0.0), kernel.generate(tokens[:, :5], 7,
+                                                                                          temperature=0.0))

@@ -1,4 +1,4 @@
-"""course_lib.sampling: top-k and top-p filters against brute-force enumeration of the kept sets on small
+"""course_lib.decoding.sampling: top-k and top-p filters against brute-force enumeration of the kept sets on small
 vocabularies, sample_next's draws against the distribution those sets define (a seeded statistical test),
 and the edge cases the docstrings promise (ties, p -> 0, p = 1, temperature -> 0)."""
 

@@ -12,7 +12,7 @@ from hypothesis.extra import numpy as hnp
 from torch.func import functional_call
 
 from course_lib import padding_mask, recording_attention
-from course_lib.scoring import (
+from course_lib.attention.scoring import (
     AdditiveAttention,
     BilinearAttention,
     CosineAttention,

@@ -111,5 +111,5 @@ def test_bad_windows_are_refused():
         cl.SlidingWindowKernel(0)
     with pytest.raises(TypeError, match="window"):
         cl.SlidingWindowCache(2.5)
-    with pytest.raises(TypeError, match="kernel"):
-        cl.SlidingWindowKernel(3, kernel="flash")
+    with pytest.raises(TypeError, match="inner must be an AttentionKernel"):
+        cl.SlidingWindowKernel(3, "flash")  # a kernel object; by name: cl.attention_kernel("sliding_window", ...)

@@ -1,4 +1,4 @@
-"""Tests for course_lib.sparse: the strided and fixed patterns, block-sparse attention, the multi-head
+"""Tests for course_lib.attention.sparse: the strided and fixed patterns, block-sparse attention, the multi-head
 module, the swap into a Transformer, and the memory counter.
 
 References: the paper's index sets built by Python loops, dense attention written here (scores,
@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 
 import course_lib as cl
 from course_lib import padding_mask, recording_attention
-from course_lib.exercises._core import LargestTensorProbe
-from course_lib.multihead import KVCache, MultiHeadAttention
-from course_lib.sparse import (
+from course_lib.attention.cache import KVCache
+from course_lib.attention.multihead import MultiHeadAttention
+from course_lib.attention.sparse import (
+    SparseKernel,
     SparseMultiHeadAttention,
     default_stride,
     dense_attention,
@@ -28,8 +29,8 @@ from course_lib.sparse import (
     peak_memory,
     strided_attention,
     strided_pattern,
-    use_sparse_attention,
 )
+from course_lib.teaching.exercises._core import LargestTensorProbe
 
 D, H = 12, 3
 
@@ -353,7 +354,7 @@ def test_no_tensor_of_n_squared_entries_is_built(pattern, causal):
         (lambda q, k, v: strided_attention(q, k, v, 2, key_mask=torch.ones(2, 5, dtype=torch.bool)), ValueError,
          r"key_mask must have shape \(2, 8\)"),
         (lambda q, k, v: strided_attention(q, k, v, 2, dropout_p=1.0), ValueError, "dropout_p"),
-        (lambda q, k, v: fused_attention(q, k, v, mask=torch.ones(8, 8), is_causal=True), TypeError, "bool"),
+        (lambda q, k, v: fused_attention(q, k, v, mask=torch.ones(8, 8), causal=True), TypeError, "bool"),
         (lambda q, k, v: dense_attention(q, k[..., :2], v), ValueError, "queries and keys do not match"),
     ],
 )
@@ -376,7 +377,7 @@ def test_dense_and_fused_attention_match_sdpa_and_zero_empty_rows():
     torch.testing.assert_close(fused_attention(q, k, v, mask), expected)
     assert torch.equal(fused_attention(q, k, v, mask)[0, :, 4], torch.zeros(2, 5))
     causal = torch.ones(9, 9, dtype=torch.bool).tril()
-    torch.testing.assert_close(fused_attention(q, k, v, is_causal=True), reference_attention(q, k, v, causal))
+    torch.testing.assert_close(fused_attention(q, k, v, causal=True), reference_attention(q, k, v, causal))
 
 
 # ---------------------------------------------------------------- memory
@@ -563,10 +564,10 @@ def test_bad_construction_raises(kwargs, error, match):
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
-        (lambda m, x: m(x, x, x, mask=torch.ones(6, 6, dtype=torch.bool)), ValueError, "only a key"),
+        (lambda m, x: m(x, x, x, mask=torch.ones(6, 6, dtype=torch.bool)), ValueError, "only key"),
         (lambda m, x: m(x, x, x, mask=torch.ones(2, 1, 1, 6)), TypeError, "mask must be a bool"),
         (lambda m, x: m(x, x, x, padding_mask(torch.tensor([1, 2, 3]), 6)), ValueError, "does not broadcast"),
-        (lambda m, x: m(x, x, x, padding_mask(torch.tensor([[1] * 6, [2] * 6]), 6)), ValueError, "only a key"),
+        (lambda m, x: m(x, x, x, padding_mask(torch.tensor([[1] * 6, [2] * 6]), 6)), ValueError, "only key"),
         (lambda m, x: m(x, x, x, causal="yes"), TypeError, "causal must be a bool"),
         (lambda m, x: m(x.long(), x, x), TypeError, "floating"),
     ],
@@ -577,10 +578,10 @@ def test_bad_forward_inputs_raise(call, error, match):
         call(mha, torch.randn(2, 6, D))
 
 
-def test_fused_attention_ands_a_mask_with_is_causal():
+def test_fused_attention_ands_a_mask_with_causal():
     q, k, v = (torch.randn(2, 7, 4, dtype=torch.float64) for _ in range(3))
     mask = torch.rand(7, 7, generator=torch.Generator().manual_seed(0)) > 0.4
-    torch.testing.assert_close(fused_attention(q, k, v, mask, is_causal=True),
+    torch.testing.assert_close(fused_attention(q, k, v, mask, causal=True),
                                dense_attention(q, k, v, mask & cl.causal_mask(7)))
 
 
@@ -602,42 +603,47 @@ def test_fixed_pattern_with_default_stride_checks_c_at_call_time():
 # ---------------------------------------------------------------- inside a Transformer
 
 
-def small_transformer(seed=0):
+def small_transformer(seed=0, **kernel):
+    """A small Transformer; ``kernel`` names its self-attention kernel (cross-attention stays dense)."""
     torch.manual_seed(seed)
     config = cl.TransformerConfig(src_vocab_size=11, tgt_vocab_size=13, num_hiddens=D, ffn_num_hiddens=16,
-                                  num_heads=H, num_enc_layers=2, num_dec_layers=3, dropout=0.0, max_len=40)
+                                  num_heads=H, num_enc_layers=2, num_dec_layers=3, dropout=0.0, max_len=40,
+                                  cross_kernel="fused" if kernel else None, **kernel)
     return cl.Transformer(config).double().eval()
 
 
-def test_use_sparse_attention_swaps_self_attention_only_and_keeps_weights():
-    model = small_transformer()
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    assert use_sparse_attention(model, "fixed", stride=4, c=2) == 5
+def sparse_kernel(pattern, stride, c=1):
+    """The config fields that name chapter 9's kernel."""
+    return {"kernel": "sparse", "kernel_options": {"pattern": pattern, "stride": stride, "c": c}}
+
+
+def test_a_config_naming_the_sparse_kernel_gives_self_attention_the_pattern_and_the_same_weights():
+    dense, model = small_transformer(), small_transformer(**sparse_kernel("fixed", 4, 2))
     for block in model.encoder.blocks:
-        assert isinstance(block.attention, SparseMultiHeadAttention) and block.attention.pattern == "fixed"
+        assert block.attention.kernel.pattern == "fixed" and block.attention.kernel.c == 2
     for block in model.decoder.blocks:
-        assert isinstance(block.self_attention, SparseMultiHeadAttention)
-        assert type(block.cross_attention) is MultiHeadAttention
-    after = model.state_dict()
-    assert before.keys() == after.keys()
-    assert all(torch.equal(before[k], after[k]) for k in before)
+        assert isinstance(block.self_attention.kernel, SparseKernel)
+        assert block.cross_attention.kernel is cl.fused_kernel
+    assert dense.state_dict().keys() == model.state_dict().keys()
+    model.load_state_dict(dense.state_dict())  # a trained dense model's weights, under the pattern
     assert all(p.dtype == torch.float64 for p in model.parameters())
 
 
 def test_a_stride_longer_than_the_sequence_gives_back_the_dense_model():
-    model = small_transformer(1)
+    dense = small_transformer(1)
     src, tgt = torch.randint(1, 11, (2, 9)), torch.randint(1, 13, (2, 7))
     lens = torch.tensor([9, 5])
-    dense_logits = model(src, lens, tgt)
-    use_sparse_attention(model, "strided", stride=40)  # |i - j| < 40: the full (causal) pattern
-    torch.testing.assert_close(model(src, lens, tgt), dense_logits)
-    use_sparse_attention(model, "strided", stride=2)
-    assert not torch.allclose(model(src, lens, tgt), dense_logits)
+    dense_logits = dense(src, lens, tgt)
+    full = small_transformer(**sparse_kernel("strided", 40))  # |i - j| < 40: the full (causal) pattern
+    full.load_state_dict(dense.state_dict())
+    torch.testing.assert_close(full(src, lens, tgt), dense_logits)
+    narrow = small_transformer(**sparse_kernel("strided", 2))
+    narrow.load_state_dict(dense.state_dict())
+    assert not torch.allclose(narrow(src, lens, tgt), dense_logits)
 
 
 def test_sparse_decoder_steps_equal_teacher_forcing():
-    model = small_transformer(2)
-    use_sparse_attention(model, "fixed", stride=3, c=1)
+    model = small_transformer(2, **sparse_kernel("fixed", 3, 1))
     src, tgt = torch.randint(1, 11, (2, 8)), torch.randint(1, 13, (2, 10))
     lens = torch.tensor([8, 6])
     full = model(src, lens, tgt)
@@ -652,8 +658,8 @@ def test_sparse_decoder_steps_equal_teacher_forcing():
 def test_sparse_encoder_output_ignores_tokens_outside_the_two_hop_reach():
     # One encoder layer: position i only sees its pattern row (the FFN acts per position).
     torch.manual_seed(3)
-    encoder = cl.TransformerEncoder(20, D, 16, H, num_layers=1, max_len=64).double().eval()
-    use_sparse_attention(encoder, "strided", stride=4)
+    encoder = cl.TransformerEncoder(20, D, 16, H, num_layers=1, max_len=64, **sparse_kernel("strided", 4))
+    encoder = encoder.double().eval()
     src = torch.randint(1, 20, (1, 30))
     out = encoder(src)
     i = 17
@@ -664,18 +670,17 @@ def test_sparse_encoder_output_ignores_tokens_outside_the_two_hop_reach():
     torch.testing.assert_close(encoder(changed)[0, i], out[0, i])
 
 
-def test_use_sparse_attention_needs_transformer_blocks():
-    with pytest.raises(ValueError, match="no TransformerEncoderBlock"):
-        use_sparse_attention(torch.nn.Linear(2, 2))
-    with pytest.raises(TypeError, match="model must be an nn.Module"):
-        use_sparse_attention("model")
+def test_a_config_refuses_unknown_sparse_options_naming_them():
+    with pytest.raises(TypeError, match="'sparse' kernel takes the options.*'width'"):
+        cl.TransformerConfig(11, 13, kernel="sparse", kernel_options={"width": 3})
+    with pytest.raises(ValueError, match="pattern"):
+        cl.TransformerConfig(11, 13, kernel="sparse", kernel_options={"pattern": "diagonal"})
 
 
-def test_swapping_in_sparse_attention_keeps_the_recording_flag():
-    from course_lib.transformer import TransformerEncoder
+def test_a_sparse_encoder_records_its_weights():
+    from course_lib.models.transformer import TransformerEncoder
 
-    encoder = TransformerEncoder(20, D, 2 * D, H, 1)
-    encoder.blocks[0].attention.record_weights = True
-    use_sparse_attention(encoder, "strided", 3)
-    encoder(torch.randint(0, 20, (2, 9)))
+    encoder = TransformerEncoder(20, D, 2 * D, H, 1, **sparse_kernel("strided", 3))
+    with cl.recording_attention(encoder):
+        encoder(torch.randint(0, 20, (2, 9)))
     assert encoder.blocks[0].attention.attention_weights.shape == (2, H, 9, 9)

@@ -11,8 +11,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_lib.data import Seq2SeqData
-from course_lib.rnn import BahdanauSeq2Seq, Seq2SeqRNNConfig
-from course_lib.train import (
+from course_lib.models.rnn import BahdanauSeq2Seq, Seq2SeqRNNConfig
+from course_lib.teaching.training_plots import plot_history
+from course_lib.training.train import (
     TrainHistory,
     evaluate,
     evaluate_loss,
@@ -21,7 +22,6 @@ from course_lib.train import (
     train_seq2seq,
     warmup_lr,
 )
-from course_lib.training_plots import plot_history
 
 # --- a toy task: reverse a string of 1-5 letters --------------------------------------------------
 
@@ -422,7 +422,7 @@ def _lm(data, seed=0, **config):
 
 
 def test_evaluate_lm_is_the_mean_of_hand_computed_token_cross_entropies():
-    from course_lib.train import evaluate_lm, lm_position_losses
+    from course_lib.training.train import evaluate_lm, lm_position_losses
 
     data, length = _lm_data(), 12
     model = _lm(data).eval()
@@ -457,7 +457,7 @@ def test_evaluate_lm_is_the_mean_of_hand_computed_token_cross_entropies():
 def test_train_lm_first_step_loss_is_the_cross_entropy_of_the_epochs_first_windows():
     import copy
 
-    from course_lib.train import train_lm
+    from course_lib.training.train import train_lm
 
     data, length, batch = _lm_data(), 8, 6
     model = _lm(data)
@@ -474,7 +474,7 @@ def test_train_lm_first_step_loss_is_the_cross_entropy_of_the_epochs_first_windo
 
 
 def test_train_lm_learns_reproduces_and_records_the_validation_loss_of_evaluate_lm():
-    from course_lib.train import evaluate_lm, train_lm
+    from course_lib.training.train import evaluate_lm, train_lm
 
     data = _lm_data()
     runs = []
@@ -491,7 +491,7 @@ def test_train_lm_learns_reproduces_and_records_the_validation_loss_of_evaluate_
 
 
 def test_train_lm_stops_on_the_time_budget():
-    from course_lib.train import train_lm
+    from course_lib.training.train import train_lm
 
     data = _lm_data()
     history = train_lm(_lm(data), data, context=16, minutes=0.002, batch_size=4, device="cpu", progress=False)

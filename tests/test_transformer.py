@@ -1,4 +1,4 @@
-"""Tests for course_lib.transformer: FFN, AddNorm, encoder/decoder blocks and stacks, the Transformer.
+"""Tests for course_lib.models.transformer: FFN, AddNorm, encoder/decoder blocks and stacks, the Transformer.
 
 References, all independent of the module's own code paths: Linear-ReLU-Linear and the layer-norm
 formula written out; multi-head attention one head at a time with an explicit mask; the block
@@ -18,7 +18,7 @@ from torch import nn
 from torch.func import functional_call
 
 from course_lib import attention_modules, padding_mask
-from course_lib.transformer import (
+from course_lib.models.transformer import (
     AddNorm,
     PositionWiseFFN,
     Transformer,
@@ -771,13 +771,19 @@ def test_transformer_rejects_a_non_config():
         ({"pad_id": False}, TypeError, "pad_id must be an int"),
         ({"positional": "rope"}, ValueError, 'positional must be "sinusoidal" or "learned"'),
         ({"max_len": 0}, ValueError, "max_len must be positive"),
-        ({"num_kv_heads": 3}, ValueError, r"num_kv_heads \(3\) must divide num_heads \(2\)"),
+        ({"kernel": "flashy"}, ValueError, "kernel must be one of"),
+        ({"kernel": "flash", "kernel_options": {"block": 4}}, TypeError, "'flash' kernel takes the options"),
     ],
 )
 def test_bad_stack_arguments_raise(cls, kwargs, error, match):
     args = {"vocab_size": 11, "num_hiddens": 8, "ffn_num_hiddens": 16, "num_heads": 2, "num_layers": 1}
     with pytest.raises(error, match=match):
         cls(**{**args, **kwargs})
+
+
+def test_the_decoders_key_value_heads_must_divide_its_heads():
+    with pytest.raises(ValueError, match=r"num_kv_heads \(3\) must divide num_heads \(2\)"):
+        TransformerDecoder(11, 8, 16, 2, 1, num_kv_heads=3)
 
 
 @pytest.mark.parametrize(

@@ -173,3 +173,21 @@ def test_by_device_picks_the_gpu_value_on_cuda_only():
     assert by_device(cpu="small", gpu="large", device="meta") == "small"
     expected = 30 if torch.cuda.is_available() else 8
     assert by_device(8, 30) == expected
+
+
+def test_stacked_linear_equals_the_layers_and_follows_their_weights():
+    from course_lib.utils import stacked_linear
+
+    torch.manual_seed(0)
+    layers, memo, x = (torch.nn.Linear(4, 3), torch.nn.Linear(4, 2)), {}, torch.randn(6, 4)
+    with torch.no_grad():
+        first = stacked_linear(x, layers, memo)
+        layers[1].weight.add_(1.0)  # an optimizer's in-place step: the kept stack must not be used again
+        second = stacked_linear(x, layers, memo)
+    expected = torch.cat([layer(x) for layer in layers], -1)
+    torch.testing.assert_close(second, expected)
+    assert not torch.allclose(first, second)
+    out = stacked_linear(x, layers, memo)  # with autograd: the gradient reaches each layer's weight
+    out.sum().backward()
+    torch.testing.assert_close(layers[0].weight.grad, x.sum(0).expand(3, 4))
+    torch.testing.assert_close(layers[1].weight.grad, x.sum(0).expand(2, 4))

@@ -1,6 +1,7 @@
 """The whole book as one PDF, printed from the built HTML by Chromium.
 
-    python tools/book_pdf.py            # `make pdf` (after `make book`)
+    python tools/book_pdf.py                # `make pdf` (after `make book`); nothing to do when up to date
+    python tools/book_pdf.py --if-browser   # the end of `make book`: skipped, saying so, without a Chromium
 
 Every page of ``_toc.yml``, in its order (the intro, each chapter followed by its sections, the back
 matter), is opened from a server on 127.0.0.1 in headless Chromium -- the browser test's (Debian's
@@ -194,7 +195,24 @@ def print_book(html: Path = HTML, out: Path | None = None, names: list[str] | No
     return out
 
 
-if __name__ == "__main__":
-    if len(sys.argv) > 1:
-        sys.exit(f"usage: python {Path(__file__).name}   (prints {HTML.relative_to(ROOT)} into {PDF_NAME})")
+def main(argv: list[str]) -> None:
+    """Print the book's PDF unless it is up to date; ``--if-browser``: without a Chromium, say so and stop (0).
+
+    ``make pdf`` runs it plainly (no Chromium is an error); ``make book`` with ``--if-browser``, so that the link
+    to the PDF on the intro page works after ``make book`` alone wherever a browser is there.
+    """
+    if argv not in ([], ["--if-browser"]):
+        sys.exit(f"usage: python {Path(__file__).name} [--if-browser]   (prints {HTML.relative_to(ROOT)} into "
+                 f"{PDF_NAME} unless it is up to date)")
+    if is_up_to_date():
+        print(f"book_pdf: {(HTML / PDF_NAME).relative_to(ROOT)} is up to date", flush=True)
+        return
+    if argv == ["--if-browser"] and not CHROMIUM.exists():
+        print(f"book_pdf: no Chromium at {CHROMIUM}, so no {PDF_NAME}: the intro's link to it works after "
+              f"`make pdf` with a Chromium (Debian's chromium, or CHROMIUM=/path/to/chrome)", flush=True)
+        return
     print_book()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

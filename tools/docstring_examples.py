@@ -1,7 +1,8 @@
 """Which public names of ``course_lib`` show a runnable example (a ``>>>`` line) in their docstring.
 
 Public = a class or function named in ``course_lib.__all__`` or in the ``__all__`` of a subpackage it
-exports (``course_lib.data``, ``course_lib.sparse``, ``course_lib.diagrams``), counted once per object.
+exports (``course_lib.data``, ``course_lib.attention.sparse``, ``course_lib.teaching.diagrams``), counted once
+per object.
 Constants (``KERNELS``, ``BOOK_STYLE``, ...) and the subpackages themselves are left out: a constant has
 no docstring of its own. With ``--methods``, the public methods (and properties) a class defines
 itself are listed too. ``make unit`` runs every example (tests/test_doctests.py).
@@ -24,7 +25,7 @@ def public_objects() -> dict[str, object]:
     """Qualified name -> object for every public class and function, each object once."""
     found: dict[str, object] = {}
     seen: set[int] = set()
-    for package in (course_lib, course_lib.data, course_lib.sparse, course_lib.diagrams):
+    for package in (course_lib, course_lib.data, course_lib.attention.sparse, course_lib.teaching.diagrams):
         prefix = package.__name__.replace("course_lib", "cl", 1)
         for name in package.__all__:
             obj = getattr(package, name)

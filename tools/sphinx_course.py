@@ -7,7 +7,8 @@ code cell.
 
 The version in the footer: ``{version}`` in the theme's ``extra_footer`` (_config.yml) becomes the
 package's version from pyproject.toml (the same as ``course_lib.__version__`` and CITATION.cff, checked
-by tests/test_packaging.py), which is also Sphinx's ``version`` and ``release``.
+by tests/test_packaging.py), which is also Sphinx's ``version`` and ``release``; ``{repository}`` becomes
+the repository's URL and branch from _config.yml's ``repository:`` (its one place).
 
 Sections numbered in reading order: a numbered page with pages of its own below it in the toc (chapter 8,
 whose section 8.1 is a page of its own) gives the numbers x.1, x.2, ... to those pages, and its own headings
@@ -59,12 +60,29 @@ def package_version() -> str:
     return found.group(1)
 
 
+def repository_blob_url(options: dict[str, Any]) -> str:
+    """``https://github.com/OWNER/NAME/blob/BRANCH``: where the footer's links to LICENSE and CITATION.cff point.
+
+    From the theme options Jupyter Book makes of _config.yml's ``repository:`` (``url`` and ``branch``), so a
+    fork's footer follows its own ``repository:`` setting.
+    """
+    url = options.get("repository_url")
+    if not url:
+        raise ValueError("_config.yml has no repository: url: (the footer links to the repository's LICENSE)")
+    return f"{url.rstrip('/')}/blob/{options.get('repository_branch') or 'main'}"
+
+
 def set_version(app: Sphinx, config) -> None:
+    """``{version}`` and ``{repository}`` in the footer: the package's version and :func:`repository_blob_url`."""
     version = package_version()
     config.version = config.release = version
     options = config.html_theme_options
-    if "{version}" in options.get("extra_footer", ""):
-        options["extra_footer"] = options["extra_footer"].replace("{version}", version)
+    footer = options.get("extra_footer", "")
+    if "{version}" in footer:
+        footer = footer.replace("{version}", version)
+    if "{repository}" in footer:
+        footer = footer.replace("{repository}", repository_blob_url(options))
+    options["extra_footer"] = footer
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""Training loops (sequence-to-sequence and language models), evaluation, checkpoints and ``torchrun``."""
