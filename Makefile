@@ -44,10 +44,12 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 # stamps _build/html with what it was built from (the browser test rebuilds when that differs).
 # One torch thread per kernel unless OMP_NUM_THREADS says otherwise: on a busy two-core machine,
 # torch's default of one thread per core made chapter 8's training cell 10x slower.
+# BOOK_EXECUTE=off renders the stored outputs instead (make test's browser test: nbval has run every notebook).
 book: $(STAMP)
 	$(BIN)/python tools/book_build.py prepare
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=$${MKL_NUM_THREADS:-1} \
-	    $(BIN)/jupyter-book build book --config $(CURDIR)/_config.yml --toc $(CURDIR)/_toc.yml --path-output $(CURDIR) -W -n --keep-going
+	    $(BIN)/jupyter-book build book --config $$($(BIN)/python tools/book_build.py config) --toc $(CURDIR)/_toc.yml \
+	    --path-output $(CURDIR) -W -n --keep-going
 	$(BIN)/python tools/book_build.py stamp
 	$(BIN)/python tools/book_pdf.py --if-browser
 
@@ -82,9 +84,11 @@ lint: $(STAMP)
 # One torch thread per worker: two workers with two threads each on two cores made training cells 10x slower.
 # tests/test_book_browser.py (marker `browser`) builds the book as `make book` does when _build/html is
 # not up to date, and opens every page in Chromium (skipped, saying how to install it, when there is none).
+# Each notebook runs once, under nbval; the browser test renders the HTML from the stored outputs nbval has just
+# compared (BOOK_EXECUTE=off, see tools/book_build.py), unless BOOK_EXECUTE=cache is set.
 JOBS ?= 2
 test: lint
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest tests book -p no:cacheprovider -q -rs -n $(JOBS) --dist loadscope \
+	BOOK_EXECUTE=$${BOOK_EXECUTE:-off} OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest tests book -p no:cacheprovider -q -rs -n $(JOBS) --dist loadscope \
 	    --nbval-lax --nbval-current-env --nbval-cell-timeout=900 \
 	    --ignore=book/_build --ignore=_build --durations=10 $(PYTEST_ARGS)
 

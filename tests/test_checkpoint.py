@@ -223,14 +223,14 @@ def test_a_gru_checkpoint_saved_before_the_hidden_size_rename_still_loads(tmp_pa
 # --- language-model checkpoints ----------------------------------------------------------------------
 
 
-def _lm(positional="rotary", tie=True):
+def _lm(positional="rotary", tie=True, **config):
     from course_lib import DecoderLM, DecoderLMConfig
     from course_lib.data import LMData, generated_sentences
 
     data = LMData.from_sentences(generated_sentences(200, seed=4), vocab_size=280)
     torch.manual_seed(0)
     config = DecoderLMConfig(data.vocab_size, num_hiddens=16, num_heads=4, num_kv_heads=2, num_layers=2,
-                             positional=positional, tie_embeddings=tie, max_len=32, dropout=0.1)
+                             positional=positional, tie_embeddings=tie, max_len=32, dropout=0.1, **config)
     return DecoderLM(config), data.tokenizer
 
 
@@ -254,6 +254,39 @@ def test_lm_round_trip_rebuilds_the_same_model_and_tokenizer(tmp_path, positiona
         torch.testing.assert_close(loaded(tokens), model(tokens), rtol=0, atol=0)
     content = torch.load(path, weights_only=True)  # plain data for a safe load
     assert content["format"] == "course_lib.lm" and content["format_version"] == 1
+
+
+@pytest.mark.parametrize("rope_scaling", [
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8, "beta_fast": 16, "truncate": False},
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 8},
+])
+def test_lm_round_trip_keeps_the_rope_scaling(tmp_path, rope_scaling):
+    from course_lib.training.checkpoint import load_lm_checkpoint, save_lm_checkpoint
+
+    model, tokenizer = _lm(rope_scaling=rope_scaling, rope_base=500000.0)
+    path = save_lm_checkpoint(tmp_path / "lm.pt", model, tokenizer)
+    loaded, _, _ = load_lm_checkpoint(path, device="cpu")
+    assert loaded.config.rope_scaling == rope_scaling and loaded.config == model.config
+    assert loaded.blocks[0].attention.rotary.scaling == rope_scaling
+    tokens = torch.randint(0, 280, (2, 30), generator=torch.Generator().manual_seed(0))
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(tokens), model(tokens), rtol=0, atol=0)
+        unscaled, _ = _lm(rope_base=500000.0)
+        unscaled.load_state_dict(model.state_dict())
+        assert not torch.allclose(unscaled.eval()(tokens), model(tokens))  # the stored scaling is the one used
+
+
+def test_a_checkpoint_with_a_malformed_rope_scaling_is_refused_naming_the_field(tmp_path):
+    from course_lib.training.checkpoint import load_lm_checkpoint
+
+    def edit(content):
+        content["config"]["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
+
+    with pytest.raises(CheckpointError, match=r"rope_scaling with rope_type 'yarn' needs "
+                                              r"\['original_max_position_embeddings'\]"):
+        load_lm_checkpoint(_lm_resave(tmp_path, edit), device="cpu")
 
 
 def test_each_loader_names_the_other_for_the_other_kind_of_file(tmp_path):

@@ -12,13 +12,16 @@ import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing downloads: every model below is built from a local config
 
+import dataclasses  # noqa: E402
 import math  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from hf_float64 import hf_in_float64  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from transformers.models.llama.modeling_llama import (  # noqa: E402
     LlamaDecoderLayer,
@@ -244,6 +247,137 @@ def test_model_logits_equal_llama_for_causal_lm_in_float32():
         torch.testing.assert_close(lm(tokens), hf(tokens).logits, rtol=0, atol=2e-5)
 
 
+# RoPE scalings: Llama configurations of each rope type that DecoderLM represents. The training context
+# (max_position_embeddings for linear and dynamic, original_max_position_embeddings for yarn and llama3) is
+# 8 or 16 tokens and the input 48, so that the scaling changes every logit (checked below).
+ROPE_SCALINGS = {
+    "linear": ({"rope_type": "linear", "factor": 4.0}, 16),
+    "dynamic": ({"rope_type": "dynamic", "factor": 4.0}, 16),
+    "yarn": ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}, 32),
+    "yarn-deepseek": ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8, "mscale": 0.707,
+                       "mscale_all_dim": 1.0, "beta_fast": 16.0, "beta_slow": 2.0, "truncate": False}, 32),
+    "yarn-attention-factor": ({"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 16,
+                               "attention_factor": 1.25}, 32),
+    "llama3": ({"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8}, 32),
+}
+
+
+def _scaled_hf_llama(name, theta=10000.0, **config):
+    rope, max_positions = ROPE_SCALINGS[name]
+    return _hf_llama(rope_parameters={**rope, "rope_theta": theta}, max_position_embeddings=max_positions, **config)
+
+
+@pytest.mark.parametrize("name", ROPE_SCALINGS)
+@pytest.mark.parametrize("theta", [10000.0, 500000.0])
+def test_model_logits_equal_llama_with_rope_scaling_in_float64(name, theta):
+    """Hugging Face's code run in float64 (tests/hf_float64.py: its float32 frequencies, angles and RMSNorm in
+    float64): logits to 1e-12 (measured 3e-15 to 6e-15 for logits of size about 4)."""
+    with hf_in_float64():
+        hf = _scaled_hf_llama(name, theta)
+        lm = DecoderLM.from_hf_llama(hf)
+        tokens = torch.randint(0, VOCAB, (2, 48), generator=torch.Generator().manual_seed(2))
+        with torch.no_grad():
+            expected = hf(tokens).logits
+    assert lm.config.rope_base == theta and lm.config.rope_scaling["rope_type"] == name.split("-")[0]
+    with torch.no_grad():
+        got = lm(tokens)
+        unscaled = DecoderLM(dataclasses.replace(lm.config, rope_scaling=None)).double().eval()
+        unscaled.load_state_dict(lm.state_dict())
+        assert (unscaled(tokens) - expected).abs().max() > 1e-2  # the scaling acts on these logits
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ROPE_SCALINGS)
+def test_model_logits_equal_llama_with_rope_scaling_as_hugging_face_runs_it(name):
+    """Hugging Face as it is: float64 weights, float32 frequencies, angles and RMSNorm; to 1e-5 (measured 1e-6
+    to 3e-6 at 48 positions), the tolerance of the unscaled model."""
+    hf = _scaled_hf_llama(name)
+    lm = DecoderLM.from_hf_llama(hf)
+    tokens = torch.randint(0, VOCAB, (2, 48), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        torch.testing.assert_close(lm(tokens), hf(tokens).logits, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["linear", "dynamic", "yarn", "llama3"])
+@pytest.mark.parametrize("prompt_len", [6, 20])
+def test_greedy_generation_with_rope_scaling_equals_hugging_faces_generate(name, prompt_len):
+    """Every key rotated once, when it enters the cache (RotaryEmbedding), as Hugging Face does. For dynamic
+    NTK that rotation depends on the step (the base of the length at that step): a 6-token prompt crosses the
+    16-token training context during generation, a 20-token prompt starts beyond it."""
+    hf = _scaled_hf_llama(name)
+    lm = DecoderLM.from_hf_llama(hf)
+    prompt = torch.randint(0, VOCAB, (2, prompt_len), generator=torch.Generator().manual_seed(4))
+    expected = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=24, do_sample=False,
+                           pad_token_id=0)  # the mask: token 0 in a prompt is not padding
+    assert torch.equal(lm.generate(prompt, 24, temperature=0.0), expected)
+
+
+@pytest.mark.parametrize("prompt_len", [6, 20])
+def test_dynamic_ntk_decoding_steps_equal_hugging_faces_cached_steps_in_float64(prompt_len):
+    """Dynamic NTK, step by step with a cache, against LlamaForCausalLM with its DynamicCache (float64 HF, one
+    fresh model, as in a generation): each step's logits to 1e-12. HF recomputes inv_freq when the length
+    exceeds the longest seen (dynamic_rope_update), so each cached key keeps the base of its step; the
+    steps therefore differ from scoring the whole sequence at once (checked: > 1e-3), and a table of the
+    training context's angles read past it would fail too (checked: plain RoPE differs by > 1e-3)."""
+    from transformers import DynamicCache
+
+    with hf_in_float64():
+        hf = _scaled_hf_llama("dynamic")
+        lm = DecoderLM.from_hf_llama(hf)
+        tokens = torch.randint(0, VOCAB, (2, 36), generator=torch.Generator().manual_seed(5))
+        cache, expected = DynamicCache(config=hf.config), []
+        with torch.no_grad():
+            expected.append(hf(tokens[:, :prompt_len], cache=cache, use_cache=True).logits)
+            for t in range(prompt_len, 36):
+                expected.append(hf(tokens[:, t:t + 1], cache=cache, use_cache=True).logits)
+    expected = torch.cat(expected, 1)
+    plain = DecoderLM(dataclasses.replace(lm.config, rope_scaling=None)).double().eval()
+    plain.load_state_dict(lm.state_dict())
+    with torch.no_grad():
+        for model, close in ((lm, True), (plain, False)):
+            logits, state = model.step(tokens[:, :prompt_len])
+            got = [logits]
+            for t in range(prompt_len, 36):
+                logits, state = model.step(tokens[:, t:t + 1], state)
+                got.append(logits)
+            got = torch.cat(got, 1)
+            if close:
+                torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+            else:
+                assert (got - expected).abs().max() > 1e-3
+        assert (lm(tokens) - expected).abs().max() > 1e-3  # decoding is not scoring the whole sequence
+
+
+@pytest.mark.parametrize("hf_fields, scaling", [
+    ({"rope_type": "yarn", "factor": None, "original_max_position_embeddings": 8},
+     {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}),  # HF: max / original
+    ({"rope_type": "yarn", "factor": 2.0, "beta_fast": None, "mscale": None},
+     {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32}),  # None: HF's defaults
+    ({"rope_type": "dynamic", "factor": 2.0},
+     {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 32}),
+    ({"type": "linear", "factor": 2.0}, {"rope_type": "linear", "factor": 2.0}),  # transformers 4's key
+])
+def test_from_hf_llama_reads_the_scaling_as_hugging_face_completes_it(hf_fields, scaling):
+    hf = _hf_llama(layers=1, rope_parameters={**hf_fields, "rope_theta": 10000.0}, max_position_embeddings=32)
+    assert DecoderLM.from_hf_llama(hf).config.rope_scaling == scaling
+
+
+def test_from_hf_llama_reads_transformers_4_rope_scaling_and_rope_theta():
+    """transformers 4 kept ``rope_theta`` on the config and the scaling in ``rope_scaling`` with ``"type"``."""
+    from course_lib.models.hf_llama import _hf_rope
+
+    old = SimpleNamespace(rope_theta=500000.0, rope_scaling={"type": "dynamic", "factor": 2.0},
+                          max_position_embeddings=4096)
+    assert _hf_rope(old) == {"rope_base": 500000.0,
+                             "rope_scaling": {"rope_type": "dynamic", "factor": 2.0,
+                                              "original_max_position_embeddings": 4096}}
+    assert _hf_rope(SimpleNamespace(rope_theta=None, rope_scaling=None)) == {"rope_base": 10000.0,
+                                                                             "rope_scaling": None}
+    with pytest.raises(ValueError, match=r"rope_scaling\['rope_type'\] is 'su'"):
+        _hf_rope(SimpleNamespace(rope_theta=10000.0, rope_scaling={"type": "su", "factor": 2.0}))
+
+
 def test_from_hf_llama_copies_the_weights():
     hf = _hf_llama()
     lm = DecoderLM.from_hf_llama(hf)
@@ -253,8 +387,17 @@ def test_from_hf_llama_copies_the_weights():
 
 
 @pytest.mark.parametrize("change, error, words", [
-    ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                          "high_freq_factor": 4.0, "original_max_position_embeddings": 64}}, ValueError, "llama3"),
+    ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4,
+                          "long_factor": [2.0] * 4, "original_max_position_embeddings": 64}}, ValueError,
+     r"rope_parameters\['rope_type'\] is 'longrope'"),
+    ({"rope_parameters": {"rope_type": "proportional", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}},
+     ValueError, r"rope_parameters\['rope_type'\] is 'proportional'"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}},
+     ValueError, "partial_rotary_factor is 0.5"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]}},
+     ValueError, r"rope_parameters has fields .* \['mrope_section'\]"),
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0, "beta_fast": 8.0}},
+     ValueError, r"\['beta_fast'\]"),
     ({"attention_bias": True}, ValueError, "bias"),
     ({"mlp_bias": True}, ValueError, "bias"),
     ({"hidden_act": "gelu"}, ValueError, "gelu"),

@@ -8,6 +8,7 @@ tiles actually computed), ``MaskMod.blocks`` and brute force over the keep-mask 
 
 import math
 import warnings
+from collections import Counter
 
 import pytest
 import torch
@@ -217,6 +218,170 @@ def test_flash_io_counts_the_paper_reads():
     assert causal.tiles == 8 * 9 // 2 and causal.k_reads == 36 * 128 * 32
     # Doubling the blocks (the on-chip memory M) halves the K and V reads: Theta(n^2 d^2 / M).
     assert cl.flash_io(1024, 1024, 32, 256, 256).k_reads * 2 == cl.flash_io(1024, 1024, 32, 128, 128).k_reads
+
+
+# --- The IO counters against the loops themselves, run on a simulated GPU that counts its main-memory traffic.
+
+
+class _HBM:
+    """The slow main memory of a simulated GPU: named tensors, and every element read from or written to each.
+
+    The loops below keep in local variables only what the algorithm keeps on chip; every other access goes
+    through ``read`` and ``write``, so the counts are what the loop does, whatever formula the library uses.
+    """
+
+    def __init__(self, **tensors):
+        self.data = {name: t.clone() for name, t in tensors.items()}
+        self.reads, self.writes = Counter(), Counter()
+
+    def read(self, name, rows):
+        self.reads[name] += self.data[name][rows].numel()
+        return self.data[name][rows].clone()
+
+    def write(self, name, rows, value):
+        self.data[name][rows] = value
+        self.writes[name] += value.numel()
+
+    def allocate(self, name, value):  # initialised in HBM: every element written once
+        self.data[name] = value.clone()
+        self.writes[name] += value.numel()
+
+
+def _keep(n_q, n_k, mask, causal):
+    """The (n_q, n_k) pairs kept, by brute force: the mask, and j <= i + n_k - n_q with the causal rule."""
+    keep = torch.ones(n_q, n_k, dtype=torch.bool) if mask is None else mask.clone()
+    if causal:
+        keep &= torch.arange(n_k)[None, :] <= torch.arange(n_q)[:, None] + n_k - n_q
+    return keep
+
+
+def _shift(m):
+    return torch.where(torch.isinf(m), torch.zeros_like(m), m)  # 0 where nothing was kept yet (m = -inf)
+
+
+def _scores(q_i, k_j, keep_ij):
+    return (q_i @ k_j.T / math.sqrt(q_i.shape[1])).masked_fill(~keep_ij, -math.inf)
+
+
+def _run_flash2(q, k, v, keep, block_q, block_k):
+    """FlashAttention-2's forward loop (query blocks outside), one head; returns the memory and the tiles computed."""
+    (n_q, d_v), n_k = (q.shape[0], v.shape[1]), k.shape[0]
+    hbm = _HBM(Q=q, K=k, V=v, O=torch.zeros(n_q, d_v, dtype=q.dtype), L=torch.zeros(n_q, dtype=q.dtype))
+    tiles = 0
+    for q0 in range(0, n_q, block_q):
+        rows = slice(q0, q0 + block_q)
+        cols = [slice(k0, k0 + block_k) for k0 in range(0, n_k, block_k) if keep[rows, k0:k0 + block_k].any()]
+        size = len(range(n_q)[rows])
+        m = torch.full((size,), -math.inf, dtype=q.dtype)  # on chip for the whole inner loop
+        ell, acc = torch.zeros(size, dtype=q.dtype), torch.zeros(size, d_v, dtype=q.dtype)
+        q_i = hbm.read("Q", rows) if cols else None
+        for c in cols:
+            k_j, v_j = hbm.read("K", c), hbm.read("V", c)
+            s = _scores(q_i, k_j, keep[rows, c])
+            m_new = torch.maximum(m, s.amax(1))
+            p, r = torch.exp(s - _shift(m_new)[:, None]), torch.exp(m - _shift(m_new))
+            ell, acc, m = r * ell + p.sum(1), r[:, None] * acc + p @ v_j, m_new
+            tiles += 1
+        hbm.write("O", rows, torch.where(ell[:, None] > 0, acc / ell.clamp_min(1e-300)[:, None], 0.0))  # divided once
+        hbm.write("L", rows, m + torch.log(ell))
+    return hbm, tiles
+
+
+def _run_flash1(q, k, v, keep, block_q, block_k):
+    """FlashAttention-1's forward loop (Dao et al. 2022, Algorithm 1: key/value blocks outside), one head."""
+    (n_q, d_v), n_k = (q.shape[0], v.shape[1]), k.shape[0]
+    hbm = _HBM(Q=q, K=k, V=v)
+    hbm.allocate("O", torch.zeros(n_q, d_v, dtype=q.dtype))
+    hbm.allocate("l", torch.zeros(n_q, dtype=q.dtype))
+    hbm.allocate("m", torch.full((n_q,), -math.inf, dtype=q.dtype))
+    tiles = 0
+    for k0 in range(0, n_k, block_k):
+        c = slice(k0, k0 + block_k)
+        rows_list = [slice(q0, q0 + block_q) for q0 in range(0, n_q, block_q) if keep[q0:q0 + block_q, c].any()]
+        if not rows_list:
+            continue
+        k_j, v_j = hbm.read("K", c), hbm.read("V", c)  # on chip for the whole inner loop
+        for rows in rows_list:
+            q_i, o_i, l_i, m_i = (hbm.read(name, rows) for name in ("Q", "O", "l", "m"))
+            s = _scores(q_i, k_j, keep[rows, c])
+            m_tile = s.amax(1)
+            p = torch.exp(s - _shift(m_tile)[:, None])
+            m_new = torch.maximum(m_i, m_tile)
+            old, new = torch.exp(m_i - _shift(m_new)), torch.exp(m_tile - _shift(m_new))
+            l_new = old * l_i + new * p.sum(1)
+            o_new = (l_i * old)[:, None] * o_i + new[:, None] * (p @ v_j)  # diag(l) e^(m - m') O + e^(m~ - m') P V
+            hbm.write("O", rows, torch.where(l_new[:, None] > 0, o_new / l_new.clamp_min(1e-300)[:, None], 0.0))
+            hbm.write("l", rows, l_new)
+            hbm.write("m", rows, m_new)
+            tiles += 1
+    return hbm, tiles
+
+
+def _reference(q, k, v, keep):
+    """SDPA with the keep-mask; a query that keeps no key outputs 0."""
+    rows = keep.any(1, keepdim=True)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep | ~rows) * rows
+
+
+io_cases = st.tuples(st.integers(1, 13), st.integers(1, 13), st.integers(1, 5), st.integers(1, 5),
+                     st.integers(1, 4), st.integers(1, 4))
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=io_cases, causal=st.booleans(), kind=st.sampled_from([None, "random", "band"]),
+       seed=st.integers(0, 2**20))
+def test_both_io_counters_equal_a_count_of_their_loops_run_on_a_simulated_gpu(case, causal, kind, seed):
+    n_q, n_k, block_q, block_k, d, d_v = case
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(n, size, generator=gen, dtype=torch.float64) for n, size in ((n_q, d), (n_k, d), (n_k, d_v)))
+    mask = {"random": torch.rand(n_q, n_k, generator=gen) > 0.6,
+            "band": (torch.arange(n_q)[:, None] - torch.arange(n_k)[None, :]).abs() < 3}.get(kind)
+    keep = _keep(n_q, n_k, mask, causal)
+    expected = _reference(q, k, v, keep)
+    for run, counter in ((_run_flash2, cl.flash_io), (_run_flash1, cl.flash1_io)):
+        hbm, tiles = run(q, k, v, keep, block_q, block_k)
+        assert (hbm.data["O"] - expected).abs().max() < 1e-12  # the loop computes attention
+        io = counter(n_q, n_k, d, block_q, block_k, mask, causal=causal, d_v=d_v)
+        outputs = set(hbm.data) - {"Q", "K", "V"}  # O and its statistics
+        assert (io.q_reads, io.k_reads, io.v_reads) == (hbm.reads["Q"], hbm.reads["K"], hbm.reads["V"])
+        assert io.o_reads == sum(hbm.reads[name] for name in outputs)
+        assert io.o_writes == sum(hbm.writes[name] for name in outputs)
+        assert not hbm.writes["Q"] + hbm.writes["K"] + hbm.writes["V"]
+        assert io.tiles == tiles and io.total_tiles == math.ceil(n_q / block_q) * math.ceil(n_k / block_k)
+    # The two orders read the same tiles, in a different order: FlashAttention-1 re-reads Q and O.
+    assert cl.flash_io(n_q, n_k, d, block_q, block_k, mask, causal=causal, d_v=d_v).tiles == tiles
+
+
+@pytest.mark.parametrize("n_q, n_k, block_q, block_k, causal", [(64, 64, 8, 16, False), (48, 80, 16, 8, True),
+                                                                 (50, 37, 7, 9, True)])
+def test_io_counters_equal_their_loops_at_larger_shapes(n_q, n_k, block_q, block_k, causal):
+    gen = torch.Generator().manual_seed(n_q)
+    q, k, v = (torch.randn(n, 8, generator=gen, dtype=torch.float64) for n in (n_q, n_k, n_k))
+    keep = _keep(n_q, n_k, None, causal)
+    for run, counter in ((_run_flash2, cl.flash_io), (_run_flash1, cl.flash1_io)):
+        hbm, tiles = run(q, k, v, keep, block_q, block_k)
+        io = counter(n_q, n_k, 8, block_q, block_k, causal=causal)
+        assert io.total == sum(hbm.reads.values()) + sum(hbm.writes.values()) and io.tiles == tiles
+
+
+def test_flash1_io_with_the_papers_blocks_follows_theorem_2():
+    """FlashAttention-1 takes B_c = ceil(M / 4d), B_r = min(B_c, d) (Algorithm 1); its count is Theta(N^2 d^2 / M)."""
+    n, d = 4096, 64
+    ratios, ratios2 = {}, {}
+    for M in (2**10, 2**12, 2**14, 2**16, 2**18):  # d <= M <= N d, as the theorem asks
+        b_c = math.ceil(M / (4 * d))
+        b_r = min(b_c, d)
+        io = cl.flash1_io(n, n, d, block_q=b_r, block_k=b_c)
+        t_c = math.ceil(n / b_c)
+        # The proof's count: K, V once; Q and O, l, m read and O, l, m written once per key block; the initialisation.
+        assert io.total == 2 * n * d + t_c * (n * d + 2 * n * (d + 2)) + n * (d + 2)
+        ratios[M] = io.total / (n * n * d * d / M)
+        # FlashAttention-2's order with the mirror choice (the outer, query block as large): K, V once per query block.
+        io2 = cl.flash_io(n, n, d, block_q=b_c, block_k=b_r)
+        assert io2.total == 2 * n * d * t_c + n * d + n * (d + 1)
+        ratios2[M] = io2.total / (n * n * d * d / M)
+    # Bounded above and below over a 256-fold range of M: Theta(N^2 d^2 / M), about 12 and 8 times it.
+    assert all(12 < r < 16 for r in ratios.values()) and all(8 < r < 10.1 for r in ratios2.values())
 
 
 @settings(max_examples=30, deadline=None)

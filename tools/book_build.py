@@ -22,6 +22,15 @@ rendered from their stored outputs (not executed again: they read no data), with
 configuration and toc, so numbering, references and glue resolve as in the book. Output:
 ``_build/no-data/_build/html``, stamped like the book; the browser test builds it when it is stale and
 checks the pages of the data notebooks as it checks the book's.
+
+    BOOK_EXECUTE=off make book                # `make test`'s browser test builds this way
+
+renders every notebook from its stored outputs instead of executing it (``python tools/book_build.py
+config`` writes the configuration with ``execute_notebooks: "off"`` and prints its path; ``prepare``
+clears Sphinx's saved state whenever the mode changes, so neither build is mistaken for the other).
+``make test`` runs every notebook once already, under nbval, which compares each checked output with the
+stored one; executing them all a second time for the HTML doubled the run's notebook time (13 minutes on
+the course's 2-core machine before chapters 12 and 13). ``make book``, and the published book, execute.
 """
 
 from __future__ import annotations
@@ -38,6 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build"
 CACHE = BUILD / ".jupyter_cache"
 LIBRARY_DIGEST = CACHE / "course_lib.digest"
+MODE_FILE = BUILD / ".execute-mode"     # the BOOK_EXECUTE mode of the last build (see the docstring)
+MODES = ("cache", "off")
 HTML = BUILD / "html"
 HTML_DIGEST = HTML / ".inputs-digest"
 NO_DATA = BUILD / "no-data"              # jupyter-book's --path-output for the build without data
@@ -73,11 +84,46 @@ def inputs_digest() -> str:
              and not any(part.startswith(".") for part in p.relative_to(ROOT).parts)]
     files += [ROOT / "_config.yml", ROOT / "_toc.yml", ROOT / "Makefile"]
     files += [p for p in (ROOT / "tools").glob("*.py") if p.name not in NOT_BUILD_INPUTS]
-    return library_digest() + _digest(files)
+    return library_digest() + _digest(files) + execute_mode()
+
+
+def execute_mode() -> str:
+    """``BOOK_EXECUTE``: ``cache`` (execute through the jupyter cache, the default) or ``off`` (stored outputs)."""
+    mode = os.environ.get("BOOK_EXECUTE", "cache") or "cache"
+    if mode not in MODES:
+        sys.exit(f"book_build: BOOK_EXECUTE must be one of {', '.join(MODES)}, not {mode!r}")
+    return mode
+
+
+def config() -> None:
+    """Print the path of the configuration to build with: _config.yml, or its stored-outputs copy."""
+    if execute_mode() == "cache":
+        print(ROOT / "_config.yml")
+        return
+    import yaml
+
+    settings = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    settings["execute"]["execute_notebooks"] = "off"
+    # local_extensions' folders are relative to the configuration file, which is written elsewhere
+    settings["sphinx"]["local_extensions"] = {name: str((ROOT / folder).resolve())
+                                              for name, folder in settings["sphinx"]["local_extensions"].items()}
+    BUILD.mkdir(parents=True, exist_ok=True)
+    path = BUILD / "_config.stored-outputs.yml"
+    path.write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
+    print(path)
 
 
 def prepare() -> None:
-    """Clear the execution cache (and Sphinx's state) when the library or the pins changed."""
+    """Clear the execution cache (and Sphinx's state) when the library or the pins changed, and Sphinx's
+    state when the execution mode changed."""
+    mode = execute_mode()
+    if MODE_FILE.exists() and MODE_FILE.read_text().strip() != mode:
+        for stale in (BUILD / ".doctrees", BUILD / "jupyter_execute"):
+            if stale.exists():
+                print(f"book_build: BOOK_EXECUTE is now {mode}, removing {stale.relative_to(ROOT)}", flush=True)
+                shutil.rmtree(stale)
+    BUILD.mkdir(parents=True, exist_ok=True)
+    MODE_FILE.write_text(mode + "\n")
     digest = library_digest()
     if LIBRARY_DIGEST.exists() and LIBRARY_DIGEST.read_text().strip() == digest:
         return
@@ -164,7 +210,8 @@ def executed_option() -> None:
 
 
 if __name__ == "__main__":
-    commands = {"prepare": prepare, "stamp": stamp, "without-data": without_data, "executed": executed_option}
+    commands = {"prepare": prepare, "config": config, "stamp": stamp, "without-data": without_data,
+                "executed": executed_option}
     if len(sys.argv) != 2 or sys.argv[1] not in commands:
         sys.exit(f"usage: python {Path(__file__).name} {{{','.join(commands)}}}")
     commands[sys.argv[1]]()

@@ -48,9 +48,10 @@ def _sparse_kernel(pattern: str = "strided", stride: int | None = None, c: int =
     return SparseKernel(pattern, stride, c)
 
 
-def _rotary_kernel(inner: str = "fused", base: float = 10000.0, interleaved: bool = False) -> AttentionKernel:
-    """RoPE around the kernel ``inner`` names."""
-    return RotaryKernel(attention_kernel(inner), base=base, interleaved=interleaved)
+def _rotary_kernel(inner: str = "fused", base: float = 10000.0, interleaved: bool = False,
+                   scaling: dict | None = None) -> AttentionKernel:
+    """RoPE around the kernel ``inner`` names (``scaling``: :func:`~course_lib.rope_scaling_parameters`)."""
+    return RotaryKernel(attention_kernel(inner), base=base, interleaved=interleaved, scaling=scaling)
 
 
 def _alibi_kernel(inner: str = "fused") -> AttentionKernel:

@@ -10,8 +10,8 @@ without cross-attention, with three parts replaced:
   :math:`\mathbf x / \sqrt{\operatorname{mean}(\mathbf x^2) + \varepsilon} \odot \mathbf g`;
 - **SwiGLU** (Shazeer 2020) instead of the ReLU MLP: a gated unit with three matrices whose hidden size
   :math:`\approx 8d/3` keeps the parameter count of a :math:`4d` two-matrix MLP;
-- **rotary positions** inside attention (:class:`~course_lib.attention.kernels.rotary.RotaryKernel`) instead of a vector
-  added to the embeddings, and **grouped-query attention** (``num_kv_heads``, chapter 10).
+- **rotary positions** inside attention (:class:`~course_lib.attention.kernels.rotary.RotaryEmbedding`) instead
+  of a vector added to the embeddings, and **grouped-query attention** (``num_kv_heads``, chapter 10).
 
 For the comparison of position encodings (chapter 11.1) the configuration also offers ALiBi's biases
 (``positional="alibi"``), no positions at all (``"none"``: a causal model can still infer them), and
@@ -47,7 +47,7 @@ from .._validation import (
 from ..attention.cache import Cache, KVCache
 from ..attention.contract import AttentionKernel
 from ..attention.kernels.alibi import ALiBiKernel
-from ..attention.kernels.rotary import RotaryEmbedding
+from ..attention.kernels.rotary import RotaryEmbedding, _check_rope_scaling
 from ..attention.multihead import MultiHeadAttention
 from ..attention.registry import attention_kernel, check_kernel_fields
 from ..decoding.generation import generate
@@ -186,6 +186,8 @@ class DecoderLMBlock(nn.Module):
         kernel: the attention kernel or its name (ALiBi's positions enter there).
         rope_base: RoPE's base: the new queries and keys are rotated before the cache
             (:class:`~course_lib.RotaryEmbedding`, as Llama); ``None``: no rotation in the block.
+        rope_scaling: ``None`` or a RoPE scaling for longer contexts (:func:`~course_lib.rope_scaling_parameters`),
+            with ``rope_base`` only.
         norm_eps: the RMSNorms' epsilon.
         dropout: on the attention weights and on each sublayer's output (training mode only).
 
@@ -197,11 +199,15 @@ class DecoderLMBlock(nn.Module):
 
     def __init__(self, num_hiddens: int, num_heads: int, ffn_num_hiddens: int | None = None, *,
                  num_kv_heads: int | None = None, kernel: str | AttentionKernel = "fused",
-                 rope_base: float | None = 10000.0, norm_eps: float = 1e-6, dropout: float = 0.0) -> None:
+                 rope_base: float | None = 10000.0, rope_scaling: dict | None = None, norm_eps: float = 1e-6,
+                 dropout: float = 0.0) -> None:
         super().__init__()
         self.norm1 = RMSNorm(num_hiddens, norm_eps)
         check_positive_int(num_heads, "num_heads")
-        rotary = None if rope_base is None else RotaryEmbedding(num_hiddens // num_heads, rope_base)
+        if rope_base is None and rope_scaling is not None:
+            raise ValueError("rope_scaling scales rotary positions, but rope_base=None (no rotation in the block)")
+        rotary = None if rope_base is None else RotaryEmbedding(num_hiddens // num_heads, rope_base,
+                                                                scaling=rope_scaling)
         self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=False, num_kv_heads=num_kv_heads,
                                             kernel=kernel, rotary=rotary)
         self.norm2 = RMSNorm(num_hiddens, norm_eps)
@@ -222,7 +228,8 @@ class DecoderLMBlock(nn.Module):
         """
         return cls(config.num_hiddens, config.num_heads, config.ffn_num_hiddens or swiglu_hidden_size(
             config.num_hiddens, config.multiple_of), num_kv_heads=config.kv_heads, kernel=config.attention_kernel(),
-            rope_base=config.rope_base if config.positional == "rotary" else None, norm_eps=config.norm_eps,
+            rope_base=config.rope_base if config.positional == "rotary" else None,
+            rope_scaling=config.rope_scaling if config.positional == "rotary" else None, norm_eps=config.norm_eps,
             dropout=config.dropout)
 
     def forward(self, X: torch.Tensor, mask: torch.Tensor | None = None, *,
@@ -275,6 +282,10 @@ class DecoderLMConfig:
         max_len: the positions an added encoding covers (``"sinusoidal"``, ``"learned"``); longer inputs are
             refused. Rotary, ALiBi and no positions have no such limit.
         rope_base: the base of the rotary frequencies (Llama 2: 10000; Llama 3: 500000).
+        rope_scaling: ``None``, or a RoPE scaling for contexts longer than the training one, a dict of plain
+            values named as Hugging Face's ``rope_parameters`` (``{"rope_type": "yarn", "factor": 4.0,
+            "original_max_position_embeddings": 512}``; the types and their fields:
+            :func:`~course_lib.rope_scaling_parameters`); rotary positions only.
         norm_eps: the RMSNorms' epsilon.
         dropout: one rate for the attention weights, the sublayer outputs and the embeddings.
         tie_embeddings: the output layer reuses the embedding matrix (GPT-2 and small models do; Llama
@@ -306,6 +317,7 @@ class DecoderLMConfig:
     multiple_of: int = 32
     positional: Literal["rotary", "alibi", "none", "sinusoidal", "learned"] = "rotary"
     rope_base: float = 10000.0
+    rope_scaling: dict | None = None
     norm_eps: float = 1e-6
     dropout: float = 0.0
     tie_embeddings: bool = False
@@ -326,6 +338,11 @@ class DecoderLMConfig:
             check_even(self.head_size, f"the head size num_hiddens / num_heads = {self.num_hiddens} / {self.num_heads}",
                        "rotary positions turn pairs of features")
         check_real(self.rope_base, "rope_base", greater_than=1.0)
+        if self.rope_scaling is not None:
+            _check_rope_scaling(self.rope_scaling, "rope_scaling")
+            if self.positional != "rotary":
+                raise ValueError(f"rope_scaling scales rotary positions, but positional={self.positional!r}")
+            object.__setattr__(self, "rope_scaling", dict(self.rope_scaling))  # a copy: the config is frozen
         check_real(self.norm_eps, "norm_eps", greater_than=0.0)
         check_probability(self.dropout, "dropout")
         check_bool(self.tie_embeddings, "tie_embeddings")
@@ -483,8 +500,9 @@ class DecoderLM(nn.Module):
             state: from the previous call; ``None`` to start. Left unchanged.
 
         Returns:
-            logits (B, T_new, V), equal to those rows of :meth:`forward` on the whole sequence, and the
-            new state.
+            logits (B, T_new, V), equal to those rows of :meth:`forward` on the whole sequence (except with
+            ``"dynamic"`` RoPE scaling past the training context, where each key keeps the rotation of the
+            step that cached it, as in Hugging Face), and the new state.
 
         Examples:
             >>> model = DecoderLM(DecoderLMConfig(vocab_size=20, num_hiddens=16, num_heads=4)).eval()

@@ -17,9 +17,13 @@ def read_hf_llama(model: nn.Module) -> tuple[dict[str, object], dict[str, torch.
     """A Hugging Face Llama's :class:`~course_lib.DecoderLMConfig` fields and weights, under DecoderLM's names.
 
     What :meth:`course_lib.DecoderLM.from_hf_llama` builds its model from. The configuration is read from
-    ``model.config``: sizes, heads and key/value heads, the RoPE base (``rope_parameters["rope_theta"]``), the
-    RMSNorm epsilon and whether the embeddings are tied; the weights are the same matrices (both models use
-    rotate-half RoPE).
+    ``model.config``: sizes, heads and key/value heads, the RoPE base (``rope_parameters["rope_theta"]``) and
+    scaling (``rope_type`` ``"linear"``, ``"dynamic"``, ``"yarn"`` or ``"llama3"`` with their fields, as
+    ``rope_scaling``; ``"dynamic"``'s training context is ``config.max_position_embeddings``, and YaRN's
+    ``factor``, when ``None``, is ``max_position_embeddings / original_max_position_embeddings``, as
+    Hugging Face computes them), the RMSNorm epsilon and whether the embeddings are tied; the weights are
+    the same matrices (both models use rotate-half RoPE). Transformers 4's ``rope_scaling`` with ``"type"``
+    and ``config.rope_theta`` are read too.
 
     Args:
         model: a ``transformers.LlamaForCausalLM`` (built from a config, or loaded from weights you have).
@@ -30,24 +34,30 @@ def read_hf_llama(model: nn.Module) -> tuple[dict[str, object], dict[str, torch.
 
     Raises:
         TypeError: ``model`` is not a Llama causal language model.
-        ValueError: a feature this architecture does not have: RoPE scaling (``rope_type`` other
-            than ``"default"``, as Llama 3.1's), biases, an activation other than SiLU, or a head size
-            other than ``hidden_size / num_attention_heads``.
+        ValueError, naming the field: a feature this architecture does not have: another RoPE
+            (``rope_type`` ``"longrope"``, ``"proportional"``, multimodal ``mrope_section``, ...), a
+            ``partial_rotary_factor`` below 1, RoPE fields the type does not take, biases, an activation
+            other than SiLU, or a head size other than ``hidden_size / num_attention_heads``.
 
     Examples:
         >>> from transformers import LlamaConfig, LlamaForCausalLM  # test/book dependency only
         >>> hf = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64,
         ...     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2))
         >>> fields, weights = read_hf_llama(hf)
-        >>> fields["num_kv_heads"], fields["rope_base"], weights["blocks.1.ffn.W_up.weight"].shape
-        (2, 10000.0, torch.Size([64, 32]))
+        >>> fields["num_kv_heads"], fields["rope_base"], fields["rope_scaling"]
+        (2, 10000.0, None)
+        >>> weights["blocks.1.ffn.W_up.weight"].shape
+        torch.Size([64, 32])
+        >>> hf.config.rope_parameters = {"rope_type": "linear", "factor": 4.0, "rope_theta": 500000.0}
+        >>> read_hf_llama(hf)[0]["rope_scaling"]
+        {'rope_type': 'linear', 'factor': 4.0}
     """
     hf = getattr(model, "config", None)
     if getattr(hf, "model_type", None) != "llama" or not hasattr(model, "lm_head") or not hasattr(model, "model"):
         raise TypeError(f"model must be a transformers LlamaForCausalLM, got {type(model).__name__}")
     fields = dict(vocab_size=hf.vocab_size, num_hiddens=hf.hidden_size, num_heads=hf.num_attention_heads,
                   num_kv_heads=hf.num_key_value_heads or hf.num_attention_heads, num_layers=hf.num_hidden_layers,
-                  ffn_num_hiddens=hf.intermediate_size, rope_base=_hf_rope_base(hf), norm_eps=float(hf.rms_norm_eps),
+                  ffn_num_hiddens=hf.intermediate_size, **_hf_rope(hf), norm_eps=float(hf.rms_norm_eps),
                   tie_embeddings=bool(getattr(hf, "tie_word_embeddings", False)))
     head_size = hf.hidden_size // hf.num_attention_heads
     head_dim = getattr(hf, "head_dim", None) or head_size
@@ -61,14 +71,50 @@ def read_hf_llama(model: nn.Module) -> tuple[dict[str, object], dict[str, torch.
     return fields, _hf_state_dict(model, fields["tie_embeddings"])
 
 
-def _hf_rope_base(hf: object) -> float:
-    """The RoPE base of a Hugging Face Llama config (transformers 5's ``rope_parameters``, or 4's fields)."""
+# The rope_parameters fields each rope_type takes, besides rope_type (or transformers 4's "type") and
+# rope_theta; Hugging Face's RotaryEmbeddingConfigMixin._validate_<type>_rope_parameters lists the same.
+_HF_ROPE_FIELDS = {
+    "default": set(),
+    "linear": {"factor"},
+    "dynamic": {"factor", "original_max_position_embeddings"},  # the second is ignored: HF reads max_position_...
+    "yarn": {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
+             "mscale_all_dim", "truncate"},
+    "llama3": {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"},
+}
+
+
+def _hf_rope(hf: object) -> dict[str, object]:
+    """``rope_base`` and ``rope_scaling`` of a Hugging Face Llama config (transformers 5's ``rope_parameters``, or
+    4's ``rope_scaling`` and ``rope_theta``), with Hugging Face's defaults; refuses, naming the field, what a
+    :class:`~course_lib.DecoderLM` cannot represent."""
     params = getattr(hf, "rope_parameters", None) or getattr(hf, "rope_scaling", None) or {}
-    rope_type = params.get("rope_type", params.get("type", "default"))
-    if rope_type != "default":
-        raise ValueError(f"the model uses RoPE scaling rope_type={rope_type!r}; DecoderLM implements the "
-                         f"original RoPE (rope_type 'default') only")
-    return float(params.get("rope_theta", getattr(hf, "rope_theta", 10000.0)))
+    where = "rope_parameters" if getattr(hf, "rope_parameters", None) else "rope_scaling"
+    params = dict(params)
+    rope_type = params.pop("rope_type", params.get("type", "default"))
+    params.pop("type", None)
+    if rope_type not in _HF_ROPE_FIELDS:
+        raise ValueError(f"the model's {where}['rope_type'] is {rope_type!r}; DecoderLM represents the rope types "
+                         f"{sorted(_HF_ROPE_FIELDS)}")
+    base = params.pop("rope_theta", getattr(hf, "rope_theta", None))
+    base = 10000.0 if base is None else float(base)  # Hugging Face's default_theta
+    partial = params.pop("partial_rotary_factor", getattr(hf, "partial_rotary_factor", None))
+    if partial is not None and partial != 1.0:
+        raise ValueError(f"the model's partial_rotary_factor is {partial}: it rotates part of each head; "
+                         f"DecoderLM rotates every feature (partial_rotary_factor 1)")
+    params = {key: value for key, value in params.items() if value is not None}  # None: Hugging Face's default
+    unknown = sorted(set(params) - _HF_ROPE_FIELDS[rope_type])
+    if unknown:
+        raise ValueError(f"the model's {where} has fields that DecoderLM does not represent for rope_type "
+                         f"{rope_type!r}: {unknown}")
+    if rope_type == "default":
+        return {"rope_base": base, "rope_scaling": None}
+    if rope_type == "dynamic":  # Hugging Face scales beyond config.max_position_embeddings
+        params["original_max_position_embeddings"] = hf.max_position_embeddings
+    if rope_type in ("yarn", "llama3"):  # HF's standardize_rope_params: the training context defaults to this
+        params.setdefault("original_max_position_embeddings", hf.max_position_embeddings)
+    if rope_type == "yarn" and "factor" not in params:  # as _compute_yarn_parameters
+        params["factor"] = hf.max_position_embeddings / params["original_max_position_embeddings"]
+    return {"rope_base": base, "rope_scaling": {"rope_type": rope_type, **params}}
 
 
 def _hf_state_dict(model: nn.Module, tie_embeddings: bool) -> dict[str, torch.Tensor]:

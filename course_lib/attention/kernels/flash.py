@@ -1,13 +1,14 @@
-r"""Exact attention computed tile by tile with the online softmax: FlashAttention in plain PyTorch (chapter 10).
+r"""Exact attention computed tile by tile with the online softmax: FlashAttention-2 in plain PyTorch (chapter 10).
 
 Standard attention forms the :math:`n_q \times n_k` score matrix :math:`\mathbf S = \mathbf Q\mathbf K^\top/\sqrt d`,
 its row-wise softmax :math:`\mathbf P` and then :math:`\mathbf O = \mathbf P\mathbf V`: O(n^2) extra memory, and
 on a GPU O(n^2) reads and writes of slow main memory (HBM). FlashAttention (Dao et al. 2022) computes the
-same :math:`\mathbf O` without ever holding :math:`\mathbf S` or :math:`\mathbf P`. The queries are cut into
-blocks of ``block_q`` rows and the keys and values into blocks of ``block_k`` rows; for each query block
-the key blocks are visited in turn, and the softmax over the whole row is assembled *online*
-(Milakov & Gimelshein 2018). With the running maximum :math:`m`, the running denominator :math:`\ell`
-and the unnormalised output :math:`\tilde{\mathbf o}` of a query, a new tile of scores
+same :math:`\mathbf O` without ever holding :math:`\mathbf S` or :math:`\mathbf P`, tile by tile, with the softmax
+over each row assembled *online* (Milakov & Gimelshein 2018). This module runs **FlashAttention-2's** loop
+order and bookkeeping (Dao 2024, ICLR; arXiv:2307.08691, 2023): the queries are cut into blocks of
+``block_q`` rows (the outer loop) and the keys and values into blocks of ``block_k`` rows (the inner loop).
+With the running maximum :math:`m`, the running denominator :math:`\ell` and the unnormalised output
+:math:`\tilde{\mathbf o}` of a query, kept on chip for the whole inner loop, a new tile of scores
 :math:`\mathbf s` (and its values :math:`\mathbf V_j`) updates them as
 
 .. math::
@@ -15,26 +16,38 @@ and the unnormalised output :math:`\tilde{\mathbf o}` of a query, a new tile of 
    \ell' = e^{m - m'}\,\ell + \sum_j e^{s_j - m'},\qquad
    \tilde{\mathbf o}' = e^{m - m'}\,\tilde{\mathbf o} + \sum_j e^{s_j - m'}\,\mathbf v_j ,
 
-and after the last tile :math:`\mathbf o = \tilde{\mathbf o}/\ell` and the log-sum-exp of the row is
-:math:`L = m + \log \ell`. The factor :math:`e^{m - m'}` rescales what was summed against the old maximum
-when the maximum grows; nothing is approximated, so the result equals softmax attention up to rounding.
-Extra memory: one tile of scores and O(n) accumulators instead of O(n^2).
+and after the last tile the division by :math:`\ell` is done once, :math:`\mathbf o = \tilde{\mathbf o}/\ell`,
+and only the log-sum-exp of the row, :math:`L = m + \log \ell`, is written with :math:`\mathbf o` for the
+backward pass. The factor :math:`e^{m - m'}` rescales what was summed against the old maximum when the
+maximum grows; nothing is approximated, so the result equals softmax attention up to rounding. Extra
+memory: one tile of scores and O(n) accumulators instead of O(n^2).
+
+FlashAttention-1 (Dao et al. 2022, Algorithm 1) loops the other way: keys and values in the outer loop,
+query blocks in the inner one, so at every tile it reads :math:`\mathbf O_i`, :math:`\ell_i` and :math:`m_i`
+back from HBM, rescales :math:`\mathbf O_i` by :math:`\operatorname{diag}(\ell_i^{new})^{-1}` and writes all
+three again; it keeps both :math:`\ell` and :math:`m` for the backward pass. Both orders compute the same
+output; :func:`flash_io` counts the reads and writes of the order run here and :func:`flash1_io` those of
+FlashAttention-1's, to compare with the bound :math:`\Theta(n^2 d^2 / M)` of that paper's Theorem 2.
 
 The backward pass recomputes instead of storing: only :math:`\mathbf O` and :math:`L` are kept, and for
 each tile :math:`\mathbf P_{ij} = \exp(\mathbf S_{ij} - L_i)` is rebuilt from :math:`\mathbf Q_i`,
 :math:`\mathbf K_j` and :math:`L`. With :math:`D_i = \sum_c dO_{ic} O_{ic}` (the row sums of
 :math:`d\mathbf O \circ \mathbf O`, which equal :math:`\sum_j P_{ij}\, dP_{ij}`), the softmax's gradient
 is :math:`d\mathbf S = \mathbf P \circ (d\mathbf P - D)` with :math:`d\mathbf P = d\mathbf O\,\mathbf V^\top`,
-and :math:`d\mathbf Q`, :math:`d\mathbf K`, :math:`d\mathbf V` are sums over tiles.
+and :math:`d\mathbf Q`, :math:`d\mathbf K`, :math:`d\mathbf V` are sums over tiles, visited as in
+FlashAttention-2's backward pass: key/value blocks in the outer loop, :math:`d\mathbf Q` accumulated.
 
 Tiles in which no query may see any key (above the diagonal with ``causal``, outside a window, padding)
 are skipped, and tiles in which every pair is kept need no mask: :func:`flash_tile_map` gives the plan,
 :func:`flash_io` counts the reads and writes it implies, and :func:`online_softmax` shows the running
 maximum and denominator of one row seen in blocks.
 
-This is the algorithm, not the speed: each tile is a few PyTorch calls, so on a CPU it is slower than
-``torch.nn.functional.scaled_dot_product_attention`` (a fused C++ kernel that tiles the same way). The
-speed-up of the paper is a GPU effect: fewer trips to HBM, the tiles living in on-chip SRAM.
+This is the algorithm, not the speed of a fused kernel: each tile is a few PyTorch calls, so on a CPU it
+is slower than ``torch.nn.functional.scaled_dot_product_attention`` (a fused C++ kernel that tiles the
+same way). It is still several times faster than the explicit kernel on a CPU, with or without tiles
+skipped (chapter 10 measures it): the explicit kernel passes over n x n scores and weights that do not fit
+in cache. The size of the speed-up the papers report on GPUs comes from fewer trips to HBM, the tiles
+living in on-chip SRAM.
 """
 
 from __future__ import annotations
@@ -59,7 +72,7 @@ from ..masks import MaskMod, causal_mod, query_offset
 from ..score_mods import ScoreMod
 from .explicit import explicit_kernel
 
-__all__ = ["FlashIO", "FlashKernel", "OnlineSoftmax", "flash_attention", "flash_io", "flash_tile_map",
+__all__ = ["FlashIO", "FlashKernel", "OnlineSoftmax", "flash1_io", "flash_attention", "flash_io", "flash_tile_map",
            "online_softmax"]
 
 # A tile's state in the plan: no pair kept (skipped), some pairs kept (masked inside), every pair kept.
@@ -216,11 +229,18 @@ def flash_tile_map(n_queries: int, n_keys: int, block_q: int = 128, block_k: int
 
 
 class FlashIO(NamedTuple):
-    """Elements moved between main memory and the fast on-chip memory by one forward pass (:func:`flash_io`).
+    """Elements moved between main memory (HBM) and fast on-chip memory by one forward pass, one head.
+
+    Returned by :func:`flash_io` (FlashAttention-2's loop order, the one :func:`flash_attention` runs) and
+    :func:`flash1_io` (FlashAttention-1's order), so the two compare field by field.
 
     Attributes:
         q_reads, k_reads, v_reads: elements of Q, K and V read.
-        o_writes: elements of the output (and its log-sum-exp) written.
+        o_reads: elements of the output and its softmax statistics read back: 0 in FlashAttention-2's order
+            (they stay on chip); :math:`\\mathbf O_i`, :math:`\\ell_i`, :math:`m_i` at every tile in FlashAttention-1's.
+        o_writes: elements of the output and its statistics written: O and its log-sum-exp once
+            (FlashAttention-2); O, :math:`\\ell`, :math:`m` initialised once and rewritten at every tile
+            (FlashAttention-1).
         tiles: tiles computed (not skipped); ``total_tiles``: all tiles of the grid.
         standard: the same count for standard attention (Dao et al. 2022, Algorithm 0), which writes the
             scores and the weights to main memory and reads them back.
@@ -238,6 +258,7 @@ class FlashIO(NamedTuple):
     q_reads: int
     k_reads: int
     v_reads: int
+    o_reads: int
     o_writes: int
     tiles: int
     total_tiles: int
@@ -246,28 +267,51 @@ class FlashIO(NamedTuple):
     @property
     def total(self) -> int:
         """All elements read and written by the tiled pass."""
-        return self.q_reads + self.k_reads + self.v_reads + self.o_writes
+        return self.q_reads + self.k_reads + self.v_reads + self.o_reads + self.o_writes
+
+
+class _Grid(NamedTuple):
+    """The tile plan of an IO count: which tiles are computed, and the rows of each block."""
+
+    live: torch.Tensor  # (n_query_blocks, n_key_blocks) long, 1 where the tile is computed
+    q_len: torch.Tensor  # (n_query_blocks,) rows of each query block
+    k_len: torch.Tensor  # (n_key_blocks,) rows of each key/value block
+    standard: int
+
+
+def _grid(n_queries: int, n_keys: int, d: int, d_v: int, block_q: int, block_k: int,
+          mask: torch.Tensor | None, causal: bool) -> _Grid:
+    """The plan shared by :func:`flash_io` and :func:`flash1_io`, and standard attention's count."""
+    states = flash_tile_map(n_queries, n_keys, block_q, block_k, mask, causal=causal)
+    q_len = torch.tensor([q1 - q0 for q0, q1 in _blocks(n_queries, block_q)], dtype=torch.long)
+    k_len = torch.tensor([k1 - k0 for k0, k1 in _blocks(n_keys, block_k)], dtype=torch.long)
+    # Algorithm 0: read Q, K; write S; read S, write P; read P, V; write O.
+    standard = n_queries * d + n_keys * d + 4 * n_queries * n_keys + n_keys * d_v + n_queries * d_v
+    return _Grid((states > 0).long().reshape(len(q_len), len(k_len)), q_len, k_len, standard)
 
 
 def flash_io(n_queries: int, n_keys: int, d: int, block_q: int = 128, block_k: int = 128,
              mask: torch.Tensor | None = None, *, causal: bool = False, d_v: int | None = None) -> FlashIO:
     r"""Count the main-memory reads and writes of :func:`flash_attention`'s forward pass (one batch row, one head).
 
-    The loop reads each query block once (if it computes any tile), each key and value block once per
-    tile computed, and writes each output block and its log-sum-exp once. Without skipped tiles,
-    K and V are read :math:`T_q = \lceil n_q / B_q \rceil` times: :math:`2 T_q n_k d` elements. With an
-    on-chip memory of :math:`M` elements holding a few tiles (the paper takes :math:`B \approx M / 4d`),
-    this is :math:`\Theta(n^2 d^2 / M)`, the bound of Dao et al. (2022, Theorem 2), against
-    :math:`\Theta(n d + n^2)` for standard attention, whose count (Algorithm 0: read Q, K; write S; read
-    S, write P; read P, V; write O) is in ``standard``.
+    FlashAttention-2's order (Dao 2024): the outer loop reads each query block once (if it computes any
+    tile), the inner loop reads each key and value block once per tile computed, and each output block
+    and its log-sum-exp are written once at the end. Without skipped tiles, K and V are read
+    :math:`T_q = \lceil n_q / B_q \rceil` times: :math:`2 T_q n_k d` elements. With an on-chip memory of
+    :math:`M` elements and a query block of :math:`B_q = \lceil M / 4d \rceil` rows (the size
+    FlashAttention-1 gives its outer, key/value block), this is :math:`\approx 8 n^2 d^2 / M`, within the
+    bound :math:`\Theta(n^2 d^2 / M)` of Dao et al. (2022, Theorem 2), against :math:`\Theta(n d + n^2)` for
+    standard attention, whose count (Algorithm 0) is in ``standard``. :func:`flash1_io` counts
+    FlashAttention-1's order with the same arguments.
 
     Args:
         n_queries, n_keys: the lengths.
         d: the size of queries and keys; ``d_v``: of values (default ``d``).
-        block_q, block_k, mask, causal: as in :func:`flash_attention` (tiles skipped as there).
+        block_q, block_k: rows of a query block and of a key/value block.
+        mask, causal: as in :func:`flash_attention` (tiles skipped as there).
 
     Returns:
-        A :class:`FlashIO` of element counts.
+        A :class:`FlashIO` of element counts (``o_reads`` is 0: the output stays on chip until written).
 
     Examples:
         >>> io = flash_io(1024, 1024, 64, block_q=128, block_k=128)
@@ -278,16 +322,53 @@ def flash_io(n_queries: int, n_keys: int, d: int, block_q: int = 128, block_k: i
     """
     d = check_positive_int(d, "d")
     d_v = d if d_v is None else check_positive_int(d_v, "d_v")
-    states = flash_tile_map(n_queries, n_keys, block_q, block_k, mask, causal=causal)
-    q_len = torch.tensor([q1 - q0 for q0, q1 in _blocks(n_queries, block_q)], dtype=torch.long)
-    k_len = torch.tensor([k1 - k0 for k0, k1 in _blocks(n_keys, block_k)], dtype=torch.long)
-    live = (states > 0).long()
-    keys_read = int((live * k_len).sum())  # key rows read, summed over the tiles computed
-    q_rows = int((live.any(1).long() * q_len).sum())
-    standard = n_queries * d + n_keys * d + 4 * n_queries * n_keys + n_keys * d_v + n_queries * d_v
+    grid = _grid(n_queries, n_keys, d, d_v, block_q, block_k, mask, causal)
+    keys_read = int((grid.live * grid.k_len).sum())  # key rows read, summed over the tiles computed
+    q_rows = int((grid.live.any(1).long() * grid.q_len).sum())
+    return FlashIO(q_reads=q_rows * d, k_reads=keys_read * d, v_reads=keys_read * d_v, o_reads=0,
+                   o_writes=n_queries * (d_v + 1), tiles=int(grid.live.sum()), total_tiles=grid.live.numel(),
+                   standard=grid.standard)
+
+
+def flash1_io(n_queries: int, n_keys: int, d: int, block_q: int = 128, block_k: int = 128,
+              mask: torch.Tensor | None = None, *, causal: bool = False, d_v: int | None = None) -> FlashIO:
+    r"""Count the main-memory reads and writes of FlashAttention-1's forward pass (Dao et al. 2022, Algorithm 1).
+
+    FlashAttention-1's order, one batch row and one head: O, :math:`\ell` and :math:`m` are initialised in
+    HBM; the outer loop reads each key and value block once (if it computes any tile); the inner loop, for
+    every tile computed, reads the query block :math:`\mathbf Q_i` and :math:`\mathbf O_i, \ell_i, m_i`, and
+    writes :math:`\mathbf O_i, \ell_i, m_i` back. Without skipped tiles, Q and O are read
+    :math:`T_k = \lceil n_k / B_k \rceil` times: about :math:`T_k\, n_q (d + 2 d_v)` elements read and
+    :math:`T_k\, n_q d_v` written. The paper takes :math:`B_c = \lceil M / 4d \rceil` key/value rows and
+    :math:`B_r = \min(\lceil M / 4d \rceil, d)` query rows for an on-chip memory of :math:`M` elements, which
+    makes this :math:`\approx 12 n^2 d^2 / M`: its Theorem 2, :math:`\Theta(n^2 d^2 / M)`. The query block
+    sets only what fits on chip, not the count (except through skipped tiles).
+
+    Args:
+        n_queries, n_keys, d, block_q, block_k, mask, causal, d_v: as in :func:`flash_io` (``block_k`` is the
+            paper's :math:`B_c`, ``block_q`` its :math:`B_r`).
+
+    Returns:
+        A :class:`FlashIO` of element counts, comparable field by field with :func:`flash_io`'s.
+
+    Examples:
+        >>> M, d = 16384, 64  # an on-chip memory of M elements: B_c = ceil(M / 4d) = 64, B_r = min(64, d) = 64
+        >>> io = flash1_io(1024, 1024, d, block_q=min(-(-M // (4 * d)), d), block_k=-(-M // (4 * d)))
+        >>> io.k_reads == 1024 * d, io.q_reads == (1024 // 64) * 1024 * d  # K once; Q once per key block
+        (True, True)
+        >>> io.o_reads == io.o_writes - 1024 * (d + 2) == 16 * 1024 * (d + 2)  # O, l, m at every tile
+        True
+        >>> io.total > flash_io(1024, 1024, d, block_q=64, block_k=64).total  # FlashAttention-2's order moves less
+        True
+    """
+    d = check_positive_int(d, "d")
+    d_v = d if d_v is None else check_positive_int(d_v, "d_v")
+    grid = _grid(n_queries, n_keys, d, d_v, block_q, block_k, mask, causal)
+    keys_read = int((grid.live.any(0).long() * grid.k_len).sum())  # each key block once, if computed at all
+    q_rows = int((grid.live * grid.q_len[:, None]).sum())  # query rows read, summed over the tiles computed
     return FlashIO(q_reads=q_rows * d, k_reads=keys_read * d, v_reads=keys_read * d_v,
-                   o_writes=n_queries * (d_v + 1), tiles=int(live.sum()), total_tiles=states.numel(),
-                   standard=standard)
+                   o_reads=q_rows * (d_v + 2), o_writes=(n_queries + q_rows) * (d_v + 2),
+                   tiles=int(grid.live.sum()), total_tiles=grid.live.numel(), standard=grid.standard)
 
 
 def _schedule(states: torch.Tensor) -> tuple[list[list[tuple[int, bool]]], list[list[tuple[int, bool]]]]:
@@ -333,7 +414,10 @@ class _Tiles(NamedTuple):
 
 def _flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tiles: _Tiles, scale: float, block_q: int,
                    block_k: int, rows: list[list[tuple[int, bool]]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Output (..., n_q, d_v) and log-sum-exp (..., n_q) of checked (..., n, d) inputs whose leading axes broadcast."""
+    """Output (..., n_q, d_v) and log-sum-exp (..., n_q) of checked (..., n, d) inputs whose leading axes broadcast.
+
+    FlashAttention-2's forward loop (Dao 2024, Algorithm 1): query blocks outside, key/value blocks inside.
+    """
     n_q, n_k, work = q.shape[-2], k.shape[-2], _work_dtype(q.dtype)
     lead = tiles.lead
     out = q.new_zeros(*lead, n_q, v.shape[-1])
@@ -366,7 +450,10 @@ def _flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torc
                     d_out: torch.Tensor | None, d_lse: torch.Tensor | None, tiles: _Tiles, scale: float,
                     block_q: int, block_k: int, cols: list[list[tuple[int, bool]]]
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dq, dk, dv by recomputation: each tile's weights are rebuilt from q, k and the log-sum-exp."""
+    """dq, dk, dv by recomputation: each tile's weights are rebuilt from q, k and the log-sum-exp.
+
+    FlashAttention-2's backward loop (Dao 2024, Algorithm 2): key/value blocks outside, query blocks inside.
+    """
     n_q, n_k, work = q.shape[-2], k.shape[-2], _work_dtype(q.dtype)
     lead = out.shape[:-2]
     # D_i = sum_c dO_ic O_ic = sum_j P_ij dP_ij; a gradient of the lse enters as dS += P * dlse.
@@ -440,12 +527,15 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
                     *, causal: bool = False, block_q: int = 128, block_k: int = 128, return_lse: bool = False,
                     scale: float | None = None,
                     score_mod: ScoreMod | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    r"""Softmax attention computed tile by tile with the online softmax (FlashAttention, forward and backward).
+    r"""Softmax attention tile by tile with the online softmax: FlashAttention-2 (Dao 2024), forward and backward.
 
     Equal to ``scaled_dot_product_attention(q, k, v, mask)`` up to rounding, without the
-    (n_q, n_k) matrix: see the module :mod:`course_lib.attention.kernels.flash` for the recurrences. Tiles with no
-    kept pair are skipped (:func:`flash_tile_map`); the backward pass recomputes each tile's weights from
-    the saved output and log-sum-exp.
+    (n_q, n_k) matrix: see the module :mod:`course_lib.attention.kernels.flash` for the recurrences. The loop
+    order and bookkeeping are FlashAttention-2's: query blocks in the outer loop and key/value blocks in the
+    inner one, the division by the softmax's denominator deferred to the end of each query block, and only
+    the output and the log-sum-exp saved for the backward pass (FlashAttention-1's order is counted by
+    :func:`flash1_io`). Tiles with no kept pair are skipped (:func:`flash_tile_map`); the backward pass
+    recomputes each tile's weights from the saved output and log-sum-exp.
 
     Args:
         q: (..., n_q, d) queries; with heads, (B, H, n_q, d).
@@ -506,7 +596,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
 
 class FlashKernel:
     """:func:`flash_attention` as an attention kernel (registered as ``"flash"``): the contract of
-    :mod:`course_lib.attention.contract`, tile by tile.
+    :mod:`course_lib.attention.contract`, tile by tile in FlashAttention-2's order.
 
     ``MultiHeadAttention(d, h, kernel="flash")`` computes its attention tile by tile, with the same result
     as the default fused kernel (tested). Masks, rules and score modifiers (ALiBi's) are evaluated tile by

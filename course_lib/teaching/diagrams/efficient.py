@@ -24,7 +24,7 @@ def _tile(ax, x: float, y: float, size: float, state: str, text: str = "") -> No
 
 
 def flash_tiling_diagram(n_blocks: int = 4, highlight: int = 2) -> Figure:
-    """FlashAttention's forward pass (chapter 10): the causal score matrix cut into tiles, the loops over them,
+    """FlashAttention-2's forward pass (chapter 10): the causal score matrix cut into tiles, the loops over them,
     and what lives in fast on-chip memory (SRAM) against slow main memory (HBM).
 
     The outer loop takes one block of queries Q_i (row ``highlight``, outlined); the inner loop visits the key
@@ -92,7 +92,7 @@ def flash_tiling_diagram(n_blocks: int = 4, highlight: int = 2) -> Figure:
         "log-sum-exp $L = m + \\log \\ell$ written once", "key", fontsize=FONT - 1)
     arrow(ax, (10.0, 2.4), (10.0, 4.4), r"read $\mathbf{K}_j, \mathbf{V}_j$" + "\nfor every tile")
     arrow(ax, (13.6, 4.4), (13.6, 2.4), r"write $\mathbf{O}_i, L_i$" + "\nonce per block")
-    ax.set_title("FlashAttention: causal attention tile by tile", fontsize=FONT + 1)
+    ax.set_title("FlashAttention-2: causal attention tile by tile", fontsize=FONT + 1)
     return fig
 
 

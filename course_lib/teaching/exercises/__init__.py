@@ -34,6 +34,7 @@ from . import (  # noqa: E402,F401  isort: skip
     bahdanau,
     efficient,
     decoder,
+    gpt,
     multihead,
     nadaraya_watson,
     positional,
