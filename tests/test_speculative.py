@@ -248,8 +248,9 @@ def test_greedy_output_is_the_targets_own_greedy_output(seed, k):
     prompt = torch.randint(0, 11, (1, 1 + seed), generator=torch.Generator().manual_seed(seed))
     out, stats = speculative_generate(target, draft, prompt, 25, k=k)
     assert torch.equal(out, target.generate(prompt, 25, temperature=0.0))
-    assert stats.new_tokens == 25 and stats.accepted <= stats.proposed
+    assert stats.new_tokens == 25 and stats.accepted + stats.rejected <= stats.proposed == stats.draft_calls
     assert stats.target_calls == 25 - stats.accepted  # each round: its accepted proposals and one more token
+    assert stats.rejected <= stats.target_calls
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -284,7 +285,8 @@ def test_a_perfect_draft_has_every_proposal_accepted_and_k_plus_one_tokens_per_t
     for temperature in (0.0, 1.0):  # p = q (up to rounding): the ratio is 1 and u < 1
         out, stats = speculative_generate(target, target, prompt, 21, k=4, temperature=temperature,
                                           generator=torch.Generator().manual_seed(0))
-        assert stats == SpeculativeStats(new_tokens=21, proposed=16, accepted=16, target_calls=5, draft_calls=16)
+        assert stats == SpeculativeStats(new_tokens=21, proposed=16, accepted=16, rejected=0, target_calls=5,
+                                         draft_calls=16)
         # rounds of 4 + 1 tokens; the last needs 1 token, so it proposes none
     assert torch.equal(out[:, :2], prompt) and stats.tokens_per_target_call == 21 / 5
 
@@ -385,11 +387,37 @@ def test_zero_new_tokens_returns_the_prompt_without_a_step():
 
 
 def test_stats_add_up_and_report_their_rates():
-    a = SpeculativeStats(new_tokens=10, proposed=8, accepted=6, target_calls=4, draft_calls=8)
-    b = SpeculativeStats(new_tokens=5, proposed=4, accepted=1, target_calls=3, draft_calls=4)
-    assert sum([a, b], SpeculativeStats()) == SpeculativeStats(15, 12, 7, 7, 12)
-    assert a.acceptance_rate == 0.75 and a.tokens_per_target_call == 2.5
-    assert math.isnan(SpeculativeStats().acceptance_rate) and math.isnan(SpeculativeStats().tokens_per_target_call)
+    a = SpeculativeStats(new_tokens=10, proposed=8, accepted=6, rejected=1, target_calls=4, draft_calls=8)
+    b = SpeculativeStats(new_tokens=5, proposed=4, accepted=1, rejected=2, target_calls=3, draft_calls=4)
+    assert sum([a, b], SpeculativeStats()) == SpeculativeStats(15, 12, 7, 3, 7, 12)
+    assert a.acceptance_rate == 0.75 and a.alpha == 6 / 7 and a.tokens_per_target_call == 2.5
+    empty = SpeculativeStats()
+    assert math.isnan(empty.acceptance_rate) and math.isnan(empty.alpha) and math.isnan(empty.tokens_per_target_call)
+
+
+class FixedLM(TableLM):
+    """The same logits after every prefix."""
+
+    def __init__(self, logits: list[float]) -> None:
+        super().__init__(len(logits), seed=0)
+        self.fixed = torch.tensor(logits, dtype=F64)
+
+    def logits(self, prefix: tuple[int, ...]) -> torch.Tensor:
+        return self.fixed
+
+
+def test_alpha_estimates_the_probability_that_a_proposal_passes():
+    # The draft always proposes token 0 (q = one-hot); the target gives it p(0) = 1/4 (uniform): each tested
+    # proposal passes with probability min(1, p(0)/q(0)) = 1/4. 2,000 runs of 30 tokens with k = 3.
+    target, draft = FixedLM([0.0, 0.0, 0.0, 0.0]), FixedLM([5.0, -INF, -INF, -INF])
+    g, total = torch.Generator().manual_seed(0), SpeculativeStats()
+    for _ in range(2000):
+        total += speculative_generate(target, draft, torch.tensor([[1]]), 30, k=3, temperature=1.0, generator=g)[1]
+    tested = total.accepted + total.rejected
+    assert abs(total.alpha - 0.25) <= 5 * math.sqrt(0.25 * 0.75 / tested)
+    assert total.acceptance_rate < total.alpha  # untested proposals (after a rejection) count as not accepted
+    # a round ends at its first rejection or after k acceptances: the tokens it yields are accepted + 1
+    assert total.new_tokens == total.accepted + total.target_calls
 
 
 # ------------------------------------------------------------------------------------------ bad input

@@ -57,14 +57,17 @@ class SpeculativeStats:
         new_tokens: tokens generated.
         proposed: tokens the draft proposed (``k`` per round; fewer in a last round that needs fewer).
         accepted: proposals the target accepted.
+        rejected: proposals the target rejected (at most one per round: the proposals after it are dropped
+            untested).
         target_calls: the target's forward steps (one per round; the first also reads the prompt). Plain
             generation makes ``new_tokens`` of them.
         draft_calls: the draft's forward steps (one per proposal).
 
     Examples:
-        >>> stats = SpeculativeStats(new_tokens=10, proposed=12, accepted=7, target_calls=3, draft_calls=12)
-        >>> stats.acceptance_rate, round(stats.tokens_per_target_call, 3)
-        (0.5833333333333334, 3.333)
+        >>> stats = SpeculativeStats(new_tokens=10, proposed=12, accepted=7, rejected=2, target_calls=3,
+        ...                          draft_calls=12)
+        >>> stats.acceptance_rate, stats.alpha, round(stats.tokens_per_target_call, 3)
+        (0.5833333333333334, 0.7777777777777778, 3.333)
         >>> (stats + stats).accepted
         14
     """
@@ -72,13 +75,22 @@ class SpeculativeStats:
     new_tokens: int = 0
     proposed: int = 0
     accepted: int = 0
+    rejected: int = 0
     target_calls: int = 0
     draft_calls: int = 0
 
     @property
     def acceptance_rate(self) -> float:
-        """accepted / proposed (NaN when nothing was proposed)."""
+        """accepted / proposed, the share of the draft's tokens kept (serving engines' "draft acceptance rate";
+        NaN when nothing was proposed)."""
         return self.accepted / self.proposed if self.proposed else float("nan")
+
+    @property
+    def alpha(self) -> float:
+        """accepted / (accepted + rejected): the share of the *tested* proposals accepted, which estimates
+        Leviathan et al.'s :math:`\alpha`, the probability that a proposal passes (NaN when none was tested)."""
+        tested = self.accepted + self.rejected
+        return self.accepted / tested if tested else float("nan")
 
     @property
     def tokens_per_target_call(self) -> float:
@@ -156,7 +168,7 @@ def speculative_generate(target: LanguageModel, draft: LanguageModel, tokens: to
 
     Returns:
         ``(out, stats)``: ``out`` (1, T + ``max_new_tokens``) the prompt and its continuation; ``stats`` a
-        :class:`SpeculativeStats` (proposed and accepted tokens, target and draft steps).
+        :class:`SpeculativeStats` (proposed, accepted and rejected tokens, target and draft steps).
 
     Raises:
         TypeError: a model that is not a :class:`~course_lib.decoding.generation.LanguageModel`, a state without
@@ -197,7 +209,7 @@ def speculative_generate(target: LanguageModel, draft: LanguageModel, tokens: to
     t_state = _check_state(target.init_state(), "target")
     d_state = _check_state(draft.init_state(), "draft")
     seq, end = tokens, tokens.shape[1] + max_new_tokens
-    proposed = accepted = target_calls = draft_calls = 0
+    proposed = accepted = rejected = target_calls = draft_calls = 0
     while seq.shape[1] < end:
         n = min(k, end - seq.shape[1] - 1)  # proposals this round: a round adds at most n + 1 tokens
         # 1. The draft proposes n tokens, one step each, starting from what it has not read yet.
@@ -227,6 +239,6 @@ def speculative_generate(target: LanguageModel, draft: LanguageModel, tokens: to
         # 4. Both caches forget the rejected proposals; `last` is read at the next round.
         t_state.crop(seq.shape[1] - 1)
         d_state.crop(min(len(d_state), seq.shape[1] - 1))
-        proposed, accepted = proposed + n, accepted + m
+        proposed, accepted, rejected = proposed + n, accepted + m, rejected + (m < n)
         target_calls, draft_calls = target_calls + 1, draft_calls + n
-    return seq, SpeculativeStats(max_new_tokens, proposed, accepted, target_calls, draft_calls)
+    return seq, SpeculativeStats(max_new_tokens, proposed, accepted, rejected, target_calls, draft_calls)
