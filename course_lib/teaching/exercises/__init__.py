@@ -39,6 +39,7 @@ from . import (  # noqa: E402,F401  isort: skip
     positional,
     scoring,
     sparse,
+    speculative,
     training,
     transformer,
     translation,
