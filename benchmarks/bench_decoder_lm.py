@@ -9,7 +9,8 @@ greedy generation gives the same tokens. Two tables, each at one and at two thre
    ``model.generate(prompt, 128, temperature=0.0)`` against ``hf.generate(prompt, max_new_tokens=128,
    do_sample=False)`` (no end-of-sequence token, so both generate all 128).
 2. **A training step** (forward, next-token cross-entropy, backward, AdamW step) at 16 x 128 and 4 x 512
-   tokens.
+   tokens. Both compute the loss as Hugging Face's ``ForCausalLMLoss`` does: over all T positions' logits,
+   with the target after the last one ignored.
 
 Targets (issue 27), printed under each table as met or MISSED: generation takes at most
 :data:`TARGET_GENERATION` times the peer's time after either prompt, a training step at most
@@ -112,9 +113,13 @@ def training_steps(hf, ours, setup: Setup, batch: int, length: int, seed: int = 
         hf_opt.step()
         hf_opt.zero_grad(set_to_none=True)
 
+    # The next token of every position, -100 (ignored) after the last: Hugging Face's loss, on all T logits
+    # (no copy of the logits without their last position).
+    targets = F.pad(tokens[:, 1:], (0, 1), value=-100)
+
     def mine() -> None:
         logits = ours_train(tokens)
-        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
         loss.backward()
         ours_opt.step()
         ours_opt.zero_grad(set_to_none=True)

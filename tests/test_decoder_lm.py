@@ -394,8 +394,13 @@ def test_generation_draws_each_token_with_sample_next():
 
 def test_generation_runs_one_position_per_step_after_the_prompt():
     lm = _own_model()
-    lengths = []
-    lm.blocks[0].register_forward_hook(lambda module, args, out: lengths.append(args[0].shape[1]))
+    lengths, compute = [], lm.blocks[0].compute
+
+    def recorded(X, *args, **kwargs):  # the positions the first block runs at each call
+        lengths.append(X.shape[1])
+        return compute(X, *args, **kwargs)
+
+    lm.blocks[0].compute = recorded
     lm.generate(torch.zeros(2, 3, dtype=torch.long), 5)
     assert lengths == [3, 1, 1, 1, 1]  # the prompt once, then one new token per step (the cache holds the rest)
 

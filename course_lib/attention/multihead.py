@@ -25,6 +25,7 @@ Masks are boolean, ``True`` = attend, as in ``torch.nn.functional.scaled_dot_pro
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .._validation import (
@@ -151,6 +152,24 @@ class MultiHeadAttention(nn.Module):
         # Checked before the cache grows, so a bad mask leaves it intact; (B, Tq, Tk) -> (B, 1, Tq, Tk).
         if mask is not None and not isinstance(mask, MaskMod):
             mask = check_heads_mask(mask, batch, self.num_heads, n_q, n_k)
+        return self.compute(queries, keys, values, mask, causal=causal, kv=kv, kv_cache=kv_cache)
+
+    def compute(self, queries: torch.Tensor, keys: torch.Tensor | None = None, values: torch.Tensor | None = None,
+                mask: torch.Tensor | MaskMod | None = None, *, causal: bool = False,
+                kv: tuple[torch.Tensor, torch.Tensor] | None = None, kv_cache: Cache | None = None) -> torch.Tensor:
+        """:meth:`forward`'s computation for arguments already checked: what a model's blocks call.
+
+        A model checks its inputs once, at its own boundary (the token ids, the lengths); its blocks then
+        call this, which skips the argument checks of :meth:`forward` (what the kernel does not support is
+        still refused). Same arguments and result as :meth:`forward`.
+
+        Examples:
+            >>> mha, x = MultiHeadAttention(16, 4).eval(), torch.randn(2, 5, 16)
+            >>> torch.equal(mha.compute(x, x, x, causal=True), mha(x, x, x, causal=True))
+            True
+        """
+        if isinstance(mask, torch.Tensor) and mask.dim() == 3:
+            mask = mask.unsqueeze(1)  # (B, Tq, Tk): shared by the heads
         dropout_p = self.dropout.p if self.training else 0.0
         check_supported(self.kernel, mask=mask, dropout_p=dropout_p, need_weights=self.record_weights,
                         grouped=self.num_kv_heads != self.num_heads)
@@ -166,7 +185,8 @@ class MultiHeadAttention(nn.Module):
         if self.record_weights:
             self.attention_weights = weights.detach()
         # (B, h, Tq, d_h) -> (B, Tq, h, d_h) -> (B, Tq, d): concatenate the heads.
-        return self.W_o(out.transpose(1, 2).reshape(batch, n_q, self.num_hiddens))
+        merged = out.transpose(1, 2).reshape(queries.shape[0], queries.shape[1], self.num_hiddens)
+        return F.linear(merged, self.W_o.weight, self.W_o.bias)
 
     def project_kv(self, keys: torch.Tensor, values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values projected and split into heads, for ``forward(queries, kv=...)``.

@@ -44,7 +44,7 @@ from .._validation import (
     check_real,
     check_tokens,
 )
-from ..attention.cache import KVCache
+from ..attention.cache import Cache, KVCache
 from ..attention.contract import AttentionKernel
 from ..attention.kernels.alibi import ALiBiKernel
 from ..attention.kernels.rotary import RotaryEmbedding
@@ -95,6 +95,10 @@ class RMSNorm(nn.Module):
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Args: X: (..., num_hiddens). Returns: (..., num_hiddens), typed like ``X``."""
         check_last_axis(X, "X", self.num_hiddens)
+        return self.compute(X)
+
+    def compute(self, X: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` without the argument check (a model's blocks call it on checked inputs)."""
         if X.dtype in (torch.float16, torch.bfloat16):
             x = X.float()
             return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)).to(X.dtype) * self.weight
@@ -160,8 +164,12 @@ class SwiGLU(nn.Module):
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Args: X: (..., num_hiddens). Returns: (..., num_hiddens)."""
         check_last_axis(X, "X", self.W_gate.in_features)
+        return self.compute(X)
+
+    def compute(self, X: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` without the argument check (a model's blocks call it on checked inputs)."""
         gate, up = stacked_linear(X, (self.W_gate, self.W_up), self._gate_up).chunk(2, dim=-1)  # one product
-        return self.W_down(nn.functional.silu(gate) * up)
+        return nn.functional.linear(nn.functional.silu(gate) * up, self.W_down.weight)
 
 
 class DecoderLMBlock(nn.Module):
@@ -215,7 +223,7 @@ class DecoderLMBlock(nn.Module):
             dropout=config.dropout)
 
     def forward(self, X: torch.Tensor, mask: torch.Tensor | None = None, *,
-                kv_cache: KVCache | None = None) -> torch.Tensor:
+                kv_cache: Cache | None = None) -> torch.Tensor:
         """Run the block on new positions, attending to themselves and to the cached earlier ones.
 
         Args:
@@ -228,9 +236,18 @@ class DecoderLMBlock(nn.Module):
         Returns:
             (B, T, d); position ``t`` depends on the positions up to ``t`` only.
         """
-        Z = self.norm1(X)
-        X = X + self.dropout(self.attention(Z, Z, Z, mask, causal=True, kv_cache=kv_cache))
-        return X + self.dropout(self.ffn(self.norm2(X)))
+        check_last_axis(X, "X", self.norm1.num_hiddens)
+        return self.compute(X, mask, kv_cache=kv_cache)
+
+    def compute(self, X: torch.Tensor, mask: torch.Tensor | None = None, *,
+                kv_cache: Cache | None = None) -> torch.Tensor:
+        """:meth:`forward` for checked inputs: the sublayers' own checks skipped (the model checked its tokens)."""
+        Z = self.norm1.compute(X)
+        X = X + self._dropout(self.attention.compute(Z, Z, Z, mask, causal=True, kv_cache=kv_cache))
+        return X + self._dropout(self.ffn.compute(self.norm2.compute(X)))
+
+    def _dropout(self, X: torch.Tensor) -> torch.Tensor:
+        return self.dropout(X) if self.training and self.dropout.p > 0 else X
 
 
 @dataclass(frozen=True)
@@ -521,15 +538,16 @@ class DecoderLM(nn.Module):
 
     def _run(self, tokens: torch.Tensor, caches: list[KVCache] | None) -> torch.Tensor:
         """The stack itself, for checked tokens; appends to ``caches`` when given."""
-        X = self.embedding(tokens)  # (B, T, d)
+        X = nn.functional.embedding(tokens, self.embedding.weight)  # (B, T, d)
         if self.positions is not None:
             offset = len(caches[0]) if caches else 0  # the position of tokens[:, 0]
             self._check_max_len(offset + tokens.shape[1])
             X = self.positions(X, offset)
-        X = self.dropout(X)
+        if self.training and self.dropout.p > 0:
+            X = self.dropout(X)
         for i, block in enumerate(self.blocks):
-            X = block(X, kv_cache=None if caches is None else caches[i])
-        return self.lm_head(self.norm(X))  # (B, T, V)
+            X = block.compute(X, kv_cache=None if caches is None else caches[i])
+        return nn.functional.linear(self.norm.compute(X), self.lm_head.weight)  # (B, T, V)
 
     def _check_max_len(self, length: int) -> None:
         if self.positions is not None and length > self.config.max_len:
