@@ -34,7 +34,10 @@ def _check_logits(logits: object, name: str = "logits") -> torch.Tensor:
     check_floating(logits, name)
     if logits.dim() == 0 or logits.shape[-1] == 0:
         raise ValueError(f"{name} must have shape (..., V) with V >= 1, got {tuple(logits.shape)}")
-    # One synchronisation with the device for both checks (generation calls this at every step).
+    # Generation calls this at every step: one reduction and one synchronisation in the usual case (all finite),
+    # both checks at once otherwise.
+    if bool(torch.isfinite(logits).all()):
+        return logits
     bad, dead = torch.stack([(torch.isnan(logits) | (logits == float("inf"))).any(),
                              (logits == float("-inf")).all(dim=-1).any()]).tolist()
     if bad:
