@@ -110,8 +110,9 @@ from .data import (
     load_python_lm,
 )
 from .decoding.protocol import Seq2SeqModel
-from .decoding.sampling import sample_next, top_k_filter, top_p_filter
+from .decoding.sampling import next_token_probs, sample_next, top_k_filter, top_p_filter
 from .decoding.search import beam_search, decode_batch, default_max_len, greedy_decode, sequence_log_prob, translate
+from .decoding.speculative import SpeculativeStats, speculative_generate
 from .metrics import bleu, corpus_bleu, detokenized_bleu, exact_match
 from .models.decoder_lm import (
     DecoderLM,
@@ -224,6 +225,9 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
+    "speculative_generate",
+    "SpeculativeStats",
+    "next_token_probs",
     "top_p_filter",
     "top_k_filter",
     "sample_next",

@@ -12,7 +12,7 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from course_lib import sample_next, top_k_filter, top_p_filter
+from course_lib import next_token_probs, sample_next, top_k_filter, top_p_filter
 
 INF = float("inf")
 
@@ -175,6 +175,31 @@ def test_sample_next_draws_from_the_enumerated_distribution(temperature, top_k, 
             assert abs(f - p) <= 5 * math.sqrt(p * (1 - p) / n), (token, f, p)
 
 
+@pytest.mark.parametrize("temperature, top_k, top_p", [
+    (1.0, None, None), (0.5, None, None), (2.0, 2, None), (1.0, None, 0.7), (0.7, 4, 0.8), (1.5, 5, 0.35),
+])
+def test_next_token_probs_is_the_enumerated_distribution_sample_next_draws_from(temperature, top_k, top_p):
+    z = [1.2, 0.3, -0.4, 0.3, 2.0, -1.5]
+    expected = torch.tensor(expected_distribution(z, temperature, top_k, top_p), dtype=torch.float64)
+    rows = torch.tensor([z, z[::-1]], dtype=torch.float64)  # (2, V): each row alone
+    got = next_token_probs(rows, temperature=temperature, top_k=top_k, top_p=top_p)
+    assert got.shape == (2, 6) and got.dtype == torch.float64
+    assert torch.allclose(got[0], expected, rtol=0, atol=1e-15)
+    assert torch.allclose(got[1], expected.flip(0), rtol=0, atol=1e-15)
+    # the tokens sample_next draws are those with a positive probability here, and only those
+    draws = sample_next(rows[0].expand(2000, 6), temperature=temperature, top_k=top_k, top_p=top_p,
+                        generator=torch.Generator().manual_seed(0))
+    assert set(draws.tolist()) == {i for i, v in enumerate(expected.tolist()) if v > 0}
+
+
+def test_next_token_probs_at_temperature_zero_is_the_argmax_sample_next_returns():
+    z = torch.tensor([[0.0, 2.0, 2.0, 1.0], [3.0, -1.0, 0.0, 2.9]], dtype=torch.float16)
+    probs = next_token_probs(z, temperature=0.0, top_k=2)
+    assert probs.dtype == torch.float32  # half precision gives float32 probabilities, as for a draw
+    assert probs.tolist() == [[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]  # the first index on a tie
+    assert probs.argmax(-1).tolist() == sample_next(z, temperature=0.0).tolist()
+
+
 def test_temperature_zero_is_the_argmax_and_tiny_temperatures_approach_it():
     z = torch.tensor([[0.0, 2.0, 2.0, 1.0], [3.0, -1.0, 0.0, 2.9]])
     assert sample_next(z, temperature=0.0).tolist() == [1, 0]  # the first index on a tie
@@ -211,6 +236,9 @@ def test_sample_next_takes_any_leading_shape_and_follows_its_generator():
     (lambda: sample_next(torch.zeros(3), top_p=2.0), ValueError, "top_p must be in [0, 1]"),
     (lambda: sample_next(torch.zeros(3), generator=0), TypeError, "generator must be a torch.Generator"),
     (lambda: sample_next([0.0, 1.0]), TypeError, "logits must be a torch.Tensor"),
+    (lambda: next_token_probs(torch.zeros(3), temperature=-1.0), ValueError, "temperature must be at least 0"),
+    (lambda: next_token_probs(torch.zeros(3), top_p=2.0), ValueError, "top_p must be in [0, 1]"),
+    (lambda: next_token_probs(torch.tensor([-INF, -INF])), ValueError, "a row is all -inf"),
 ])
 def test_bad_arguments_are_named(call, error, words):
     with pytest.raises(error, match=None) as info:

@@ -15,8 +15,9 @@ Both return the logits with :math:`-\infty` outside the kept set, so they compos
 with the temperature (``softmax`` gives the removed tokens probability 0). The set depends on the values
 only, never on the order of the vocabulary: tokens *tied* with the last kept one are all kept, and the
 most likely token (with its ties) is always kept. :func:`sample_next` applies temperature, top-k and
-top-p in that order (as Hugging Face's ``generate`` does) and draws one token per row. Shapes: ``V`` is
-the vocabulary size, ``...`` any leading axes (a batch).
+top-p in that order (as Hugging Face's ``generate`` does) and draws one token per row;
+:func:`next_token_probs` gives the distribution it draws from (speculative decoding compares two of
+them). Shapes: ``V`` is the vocabulary size, ``...`` any leading axes (a batch).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 
 from .._validation import check_floating, check_int, check_real
 
-__all__ = ["sample_next", "top_k_filter", "top_p_filter"]
+__all__ = ["next_token_probs", "sample_next", "top_k_filter", "top_p_filter"]
 
 
 def _check_logits(logits: object, name: str = "logits") -> torch.Tensor:
@@ -33,7 +34,10 @@ def _check_logits(logits: object, name: str = "logits") -> torch.Tensor:
     check_floating(logits, name)
     if logits.dim() == 0 or logits.shape[-1] == 0:
         raise ValueError(f"{name} must have shape (..., V) with V >= 1, got {tuple(logits.shape)}")
-    # One synchronisation with the device for both checks (generation calls this at every step).
+    # Generation calls this at every step: one reduction and one synchronisation in the usual case (all finite),
+    # both checks at once otherwise.
+    if bool(torch.isfinite(logits).all()):
+        return logits
     bad, dead = torch.stack([(torch.isnan(logits) | (logits == float("inf"))).any(),
                              (logits == float("-inf")).all(dim=-1).any()]).tolist()
     if bad:
@@ -144,6 +148,69 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     return _top_p(_check_logits(logits), _check_top_p(p))
 
 
+def _check_sampling(temperature: object, top_k: object, top_p: object) -> tuple[float, int | None, float | None]:
+    temperature = check_real(temperature, "temperature", at_least=0.0)
+    if top_k is not None:
+        top_k = _check_top_k(top_k, "top_k")
+    if top_p is not None:
+        top_p = _check_top_p(top_p, "top_p")
+    return temperature, top_k, top_p
+
+
+def _probs(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None) -> torch.Tensor:
+    """:func:`next_token_probs` for checked arguments, ``temperature > 0``."""
+    # Shifted by the row's maximum first (softmax does not see it), so that a tiny temperature gives
+    # -inf or large negative numbers, never +inf and NaN.
+    z = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
+    if top_k is not None:
+        z = _top_k(z, top_k)
+    if top_p is not None:
+        z = _top_p(z, top_p)
+    return torch.softmax(z.float() if z.dtype in (torch.float16, torch.bfloat16) else z, dim=-1)
+
+
+def _greedy_probs(logits: torch.Tensor) -> torch.Tensor:
+    """The limit temperature -> 0: probability 1 on the argmax of each row (the first index on a tie)."""
+    dtype = torch.float32 if logits.dtype in (torch.float16, torch.bfloat16) else logits.dtype
+    probs = torch.zeros(logits.shape, dtype=dtype, device=logits.device)
+    return probs.scatter_(-1, logits.argmax(dim=-1, keepdim=True), 1.0)
+
+
+def next_token_probs(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None,
+                     top_p: float | None = None) -> torch.Tensor:
+    r"""The probabilities :func:`sample_next` draws from: softmax(z / tau), after top-k and top-p.
+
+    The same steps as :func:`sample_next`, in its order (temperature, then :func:`top_k_filter`, then
+    :func:`top_p_filter` of the tempered distribution), ending with the probabilities instead of a draw:
+    ``sample_next(logits, ...)`` returns token ``i`` with probability ``next_token_probs(logits, ...)[..., i]``.
+    ``temperature=0`` gives the limit :math:`\tau \to 0`: probability 1 on the argmax (the first index on a
+    tie), the token ``sample_next`` returns there.
+
+    Args:
+        logits: (..., V) floating-point next-token logits (no NaN, every row with a finite entry).
+        temperature: :math:`\tau \ge 0`.
+        top_k: keep the ``top_k`` most likely tokens (``None``: all).
+        top_p: keep the nucleus of this mass, in ``[0, 1]`` (``None``: all).
+
+    Returns:
+        (..., V) probabilities (each row sums to 1; 0 outside the kept set), in the logits' dtype (float32
+        for half precision).
+
+    Raises:
+        TypeError or ValueError naming the argument, as :func:`sample_next`.
+
+    Examples:
+        >>> logits = torch.tensor([2.0, 1.0, 0.5, -1.0])
+        >>> next_token_probs(logits, top_k=2)  # softmax of (2, 1): the two most likely tokens
+        tensor([0.7311, 0.2689, 0.0000, 0.0000])
+        >>> next_token_probs(logits, temperature=0.0)  # greedy: all the mass on the argmax
+        tensor([1., 0., 0., 0.])
+    """
+    logits = _check_logits(logits)
+    temperature, top_k, top_p = _check_sampling(temperature, top_k, top_p)
+    return _greedy_probs(logits) if temperature == 0.0 else _probs(logits, temperature, top_k, top_p)
+
+
 def sample_next(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None,
                 top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     r"""Draw one token per row from :math:`\operatorname{softmax}(\mathbf z/\tau)`, filtered by top-k and top-p.
@@ -181,22 +248,11 @@ def sample_next(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | 
         tensor([0, 2])
     """
     logits = _check_logits(logits)
-    temperature = check_real(temperature, "temperature", at_least=0.0)
-    if top_k is not None:
-        top_k = _check_top_k(top_k, "top_k")
-    if top_p is not None:
-        top_p = _check_top_p(top_p, "top_p")
+    temperature, top_k, top_p = _check_sampling(temperature, top_k, top_p)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     if temperature == 0.0:
         return logits.argmax(dim=-1)
-    # Shifted by the row's maximum first (softmax does not see it), so that a tiny temperature gives
-    # -inf or large negative numbers, never +inf and NaN.
-    z = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
-    if top_k is not None:
-        z = _top_k(z, top_k)
-    if top_p is not None:
-        z = _top_p(z, top_p)
-    probs = torch.softmax(z.float() if z.dtype in (torch.float16, torch.bfloat16) else z, dim=-1)
+    probs = _probs(logits, temperature, top_k, top_p)
     flat = probs.reshape(-1, probs.shape[-1])  # multinomial takes (B, V)
     return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])

@@ -41,6 +41,7 @@ from . import (  # noqa: E402,F401  isort: skip
     scoring,
     serving,
     sparse,
+    speculative,
     training,
     transformer,
     translation,
