@@ -404,9 +404,21 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: 
     if interleaved:
         x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., T, d_h / 2) each: the pairs (x_2i, x_2i+1)
         return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
-    # The pairs (x_i, x_i+d/2): x * (cos, cos) + (x_b, x_a) * (-sin, sin), the same floats as (x_a cos - x_b sin,
-    # x_a sin + x_b cos) (a - b == a + (-b) exactly), in two whole-width products instead of four on strided halves.
-    return x * torch.cat((cos, cos), dim=-1) + x.roll(x.shape[-1] // 2, dims=-1) * torch.cat((-sin, sin), dim=-1)
+    return _turn_whole(x, *_whole_width(cos, sin))
+
+
+def _whole_width(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(..., d_h / 2) cosines and sines -> (cos, cos) and (-sin, sin), (..., d_h): :func:`_turn_whole`'s factors."""
+    return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
+
+
+def _turn_whole(x: torch.Tensor, cos2: torch.Tensor, sin2: torch.Tensor) -> torch.Tensor:
+    """Rotate-half pairs (x_i, x_i+d/2) turned as x * (cos, cos) + (x_b, x_a) * (-sin, sin).
+
+    The same floats as (x_a cos - x_b sin, x_a sin + x_b cos) (a - b == a + (-b) exactly), in two whole-width
+    products instead of four on strided halves.
+    """
+    return x * cos2 + x.roll(x.shape[-1] // 2, dims=-1) * sin2
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False
@@ -626,7 +638,8 @@ class RotaryEmbedding:
         self.scaling = None if scaling is None else dict(scaling)  # as given (the defaults stay implicit)
         dynamic = self._params is not None and self._params["rope_type"] == "dynamic"
         self._dynamic_from = self._params["original_max_position_embeddings"] if dynamic else None
-        self._tables: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+        # (device, dtype) -> cos, sin (n, d_h / 2) and their whole-width factors (n, d_h) for the rotate-half layout
+        self._tables: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, ...]] = {}
 
     def __repr__(self) -> str:
         layout = ", interleaved=True" if self.interleaved else ""
@@ -644,15 +657,18 @@ class RotaryEmbedding:
             >>> cos[1].tolist()  # cos(1 x 1), cos(1 x 0.1)
             [0.5403023058681398, 0.9950041652780258]
         """
+        return self._table(stop, device, dtype)[:2]
+
+    def _table(self, stop: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         key = (device, dtype)
-        cos, sin = self._tables.get(key, (None, None))
-        if cos is None or cos.shape[0] < stop:
-            n = max(stop, 64, 2 * (0 if cos is None else cos.shape[0]))
+        tables = self._tables.get(key)
+        if tables is None or tables[0].shape[0] < stop:
+            n = max(stop, 64, 2 * (0 if tables is None else tables[0].shape[0]))
             cos, sin = _cos_sin(torch.arange(n, device=device), self.head_size, self.base, self._params,
                                 seq_len=None)
             cos, sin = cos.to(dtype), sin.to(dtype)
-            self._tables[key] = (cos, sin)
-        return cos, sin
+            tables = self._tables[key] = (cos, sin, *_whole_width(cos, sin))
+        return tables
 
     def __call__(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
         """Rotate ``x`` (..., T, d_h) at the positions ``start .. start + T - 1``.
@@ -666,5 +682,7 @@ class RotaryEmbedding:
             cos, sin = _cos_sin(torch.arange(start, stop, device=x.device), self.head_size, self.base,
                                 self._params, seq_len=stop)
             return _rotate(x, cos, sin, self.interleaved)
-        cos, sin = self.table(stop, x.device, x.dtype)
-        return _rotate(x, cos[start:stop], sin[start:stop], self.interleaved)
+        cos, sin, cos2, sin2 = self._table(stop, x.device, x.dtype)
+        if self.interleaved:
+            return _rotate(x, cos[start:stop], sin[start:stop], self.interleaved)
+        return _turn_whole(x, cos2[start:stop], sin2[start:stop])  # a step looks its factors up
