@@ -162,7 +162,7 @@ class ChangesXInPlace(PostNorm):
 
 def test_encoder_block_notebook_solution_passes(solutions):
     ns = solutions("ch07-ex-encoder-block")
-    assert passes("transformer.encoder_block", ns["EncoderBlock"]).n_checks == 3
+    assert passes("transformer.encoder_block", ns["EncoderBlockFromParts"]).n_checks == 3
 
 
 @pytest.mark.parametrize("variant", [0, 1, 2])
