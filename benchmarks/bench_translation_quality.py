@@ -30,7 +30,8 @@ wrapper is loaded with a ``course_lib.Transformer``'s weights and must give the 
 ``benchmarks/results/translation_quality.json`` (``--results``), which the repository keeps: section 8.1
 (book/08b_translation.ipynb) reads the command line's three-minute scores from it, so the numbers the book
 quotes are the last measured ones, never typed by hand. Every model is scored with greedy decoding and with
-beam search (4 beams, GNMT's length penalty 0.6), the command line's default decoding.
+beam search (4 beams, GNMT's length penalty 0.6), the command line's default decoding, and translates eight
+held-out sentences (:func:`example_sentences`) with beam search: the translations section 8.1 shows.
 
 Measured on 2026-11-23 (issue 11) on the course's 2-core machine, 3 minutes per model, 2 torch threads,
 with nothing else running (load average about 2.0, i.e. the two threads themselves). The nn.Transformer
@@ -76,6 +77,7 @@ import datetime
 import json
 import math
 import os
+import random
 import statistics
 import time
 import warnings
@@ -252,6 +254,7 @@ class Result:
     ms_per_step: float = float("nan")
     bleu_beam: float = float("nan")
     exact_match_beam: float = float("nan")
+    translations: tuple[str, ...] = ()  # beam 4, of the example sources (:func:`example_sentences`)
 
 
 def build_models(data) -> dict[str, tuple[nn.Module, dict]]:
@@ -274,17 +277,38 @@ def build_models(data) -> dict[str, tuple[nn.Module, dict]]:
     }
 
 
+def example_sentences(data, n: int = 8, seed: int = 1) -> tuple[list[str], list[list[str]]]:
+    """``n`` test sources drawn with ``random.Random(seed)`` and all their references, as text.
+
+    Section 8.1 shows the three-minute models' translations of these (the same sentences as its own
+    examples: the word and subword splits list the test sources in the same order).
+    """
+    items = list(data.references["test"].items())
+    picked = random.Random(seed).sample(range(len(items)), n)
+    if data.tokenizer == "subword":
+        sources = [data.src_tokenizer.detokenize(list(items[i][0])) for i in picked]
+    else:
+        sources = [" ".join(items[i][0]) for i in picked]
+    return sources, [[data.to_text(ref) for ref in items[i][1]] for i in picked]
+
+
 def run_one(name: str, model: nn.Module, settings: dict, data, minutes: float | None, epochs: int | None,
-            device: torch.device, seed: int = 0) -> Result:
-    """Train one model with :func:`course_lib.train_seq2seq` and score it on the test split, greedy and beam 4."""
+            device: torch.device, seed: int = 0, examples: list[str] = ()) -> Result:
+    """Train one model with :func:`course_lib.train_seq2seq`, score it on the test split (greedy and beam 4), and
+    translate the ``examples`` (source texts) with beam 4."""
     history = cl.train_seq2seq(model, data, minutes=minutes, epochs=epochs, batch_size=BATCH_SIZE, device=device,
                                seed=seed, progress=False, **settings)
     metrics = cl.evaluate(model, data, "test", decoding="greedy")
     beam = cl.evaluate(model, data, "test", decoding="beam", beam_size=4)
     tail = history.train_loss[-50:]
+    tokenizer = data.src_tokenizer if data.tokenizer == "subword" else data.tokenizer
+    detokenizer = data.tgt_tokenizer.detokenize if data.tokenizer == "subword" else None
+    translations = cl.translate(model, list(examples), data.src_vocab, data.tgt_vocab, tokenizer,
+                                decoding="beam", beam_size=4, detokenizer=detokenizer) if examples else []
     return Result(name, cl.num_parameters(model), history.steps, history.epochs, history.seconds,
                   sum(tail) / len(tail), history.valid_loss[-1], metrics["bleu"], metrics["exact_match"],
-                  metrics["n_unk"], bleu_beam=beam["bleu"], exact_match_beam=beam["exact_match"])
+                  metrics["n_unk"], bleu_beam=beam["bleu"], exact_match_beam=beam["exact_match"],
+                  translations=tuple(translations))
 
 
 def interleaved_step_ms(models: dict[str, tuple[nn.Module, dict]], data, device: torch.device, n_steps: int = 5,
@@ -351,8 +375,13 @@ def format_table(results: list[Result], title: str) -> str:
 
 
 def write_results(results: list[Result], path: Path, *, minutes: float | None, epochs: int | None, vocab: str,
-                  vocab_size: int, device: torch.device, n_train: int, n_test: int, load: tuple[str, str]) -> None:
-    """Write the run's rows and how they were measured to ``path`` (JSON), for section 8.1 to read."""
+                  vocab_size: int, device: torch.device, n_train: int, n_test: int, load: tuple[str, str],
+                  examples: tuple[list[str], list[list[str]]] = ([], [])) -> None:
+    """Write the run's rows and how they were measured to ``path`` (JSON), for section 8.1 to read.
+
+    ``examples`` (sources, references per source) are the test sentences whose translations each row
+    keeps (``Result.translations``, in the same order).
+    """
     record = {
         "benchmark": "benchmarks/bench_translation_quality.py",
         "date": datetime.date.today().isoformat(),
@@ -369,6 +398,7 @@ def write_results(results: list[Result], path: Path, *, minutes: float | None, e
                     "cpus": os.cpu_count(), "load_average_before": load[0], "load_average_after": load[1]},
         "train_pairs": n_train,
         "test_sources": n_test,
+        "examples": [{"source": s, "references": refs} for s, refs in zip(*examples, strict=True)],
         "results": [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(r).items()}
                     for r in results],
     }
@@ -411,7 +441,8 @@ def main(minutes: float | None = 3.0, epochs: int | None = None, seed: int = 0, 
     if only:
         models = {name: m for name, m in models.items() if any(key in name for key in only)}
     ms_per_step = interleaved_step_ms(models, data, device)
-    results = [replace(run_one(name, model, settings, data, minutes, epochs, device, seed),
+    examples = example_sentences(data)
+    results = [replace(run_one(name, model, settings, data, minutes, epochs, device, seed, examples[0]),
                        ms_per_step=ms_per_step[name])
                for name, (model, settings) in models.items()]
     scored = (f"{vocab_size} BPE subwords per language, sacrebleu on detokenised text" if vocab == "subword"
@@ -426,7 +457,7 @@ def main(minutes: float | None = 3.0, epochs: int | None = None, seed: int = 0, 
     if results_path is not None and not only and vocab == "subword" and seed == 0 and minutes is not None:
         write_results(results, results_path, minutes=minutes, epochs=epochs, vocab=vocab, vocab_size=vocab_size,
                       device=device, n_train=len(data.train), n_test=len(data.references["test"]),
-                      load=(load_before, _load()))
+                      load=(load_before, _load()), examples=examples)
         print(f"results written to {results_path}")
     return results
 
