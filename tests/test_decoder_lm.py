@@ -97,9 +97,27 @@ def test_rmsnorm_of_large_float16_inputs_stays_finite():
 
 
 def test_rmsnorm_gradient():
+    """The written-out gradient (training) against finite differences, in the input and the gain."""
     norm = RMSNorm(6).double()
-    x = torch.randn(2, 6, dtype=F64, requires_grad=True)
-    assert torch.autograd.gradcheck(norm, (x,))
+    x = torch.randn(2, 3, 6, dtype=F64, requires_grad=True)
+    gain = (torch.rand(6, dtype=F64) + 0.5).requires_grad_()
+    assert torch.autograd.gradcheck(lambda x, g: torch.func.functional_call(norm, {"weight": g}, (x,)), (x, gain))
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (F64, 1e-12)])
+def test_rmsnorm_gradients_equal_torch_rmsnorms(dtype, tol):
+    torch.manual_seed(0)
+    ours, theirs = RMSNorm(D, eps=1e-5).to(dtype), torch.nn.RMSNorm(D, eps=1e-5).to(dtype)
+    with torch.no_grad():
+        theirs.weight.normal_()
+        ours.weight.copy_(theirs.weight)
+    x, upstream = torch.randn(4, 5, D, dtype=dtype) * 3, torch.randn(4, 5, D, dtype=dtype)
+    grads = []
+    for norm in (ours, theirs):
+        xi = x.clone().requires_grad_()
+        grads.append(torch.autograd.grad(norm(xi), (xi, norm.weight), upstream))
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol)
 
 
 # ------------------------------------------------------------------------------------------------ SwiGLU

@@ -150,6 +150,21 @@ def test_rotary_embedding_has_the_gradient_of_a_rotation():
     assert torch.autograd.gradcheck(lambda t: rotary_embedding(t, [2, 7, 11]), (x,))
 
 
+def test_rotary_embedding_in_training_turns_and_turns_the_gradient_back():
+    """RotaryEmbedding under autograd (its own backward: the rotation back) on strided heads, as attention gives
+    them: forward and gradient equal to autograd's through :func:`rotary_embedding`, and gradcheck."""
+    torch.manual_seed(0)
+    rope = cl.RotaryEmbedding(8, base=500.0)
+    x = torch.randn(2, 5, 24, dtype=F64)[..., 4:20].view(2, 5, 2, 8).transpose(1, 2).requires_grad_()
+    upstream = torch.randn(2, 2, 5, 8, dtype=F64)
+    ours = rope(x, start=3)
+    theirs = rotary_embedding(x, positions=[3, 4, 5, 6, 7], base=500.0)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-12)
+    (g_ours,), (g_theirs,) = torch.autograd.grad(ours, x, upstream), torch.autograd.grad(theirs, x, upstream)
+    torch.testing.assert_close(g_ours, g_theirs, rtol=0, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda t: rope(t, start=3), (x,))
+
+
 @pytest.mark.parametrize("n_queries, interleaved", [(1, False), (3, False), (5, False), (3, True)])
 def test_kernel_rotates_queries_and_keys_at_bottom_right_positions(n_queries, interleaved):
     torch.manual_seed(0)

@@ -216,7 +216,7 @@ class MultiHeadAttention(nn.Module):
                  kv: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, ...]:
         # One matrix product with the stacked weights reads the input once instead of three times
         # (self-attention) or twice (keys that are the values).
-        if kv is None and queries is keys and keys is values:
+        if kv is None and queries is keys and keys is values and not torch.is_grad_enabled():
             sizes = (self.num_hiddens, self.W_k.out_features, self.W_v.out_features)
             q, k, v = stacked_linear(queries, (self.W_q, self.W_k, self.W_v), self._qkv).split(sizes, dim=-1)
             k, v = self._split(k, self.num_kv_heads), self._split(v, self.num_kv_heads)

@@ -421,6 +421,33 @@ def _turn_whole(x: torch.Tensor, cos2: torch.Tensor, sin2: torch.Tensor) -> torc
     return x * cos2 + x.roll(x.shape[-1] // 2, dims=-1) * sin2
 
 
+def _turn_halves(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float) -> torch.Tensor:
+    """Rotate-half pairs (x_a, x_b) turned by ``sign`` times the angles, written into the halves of a new tensor:
+    (x_a cos - s x_b sin, x_b cos + s x_a sin), two passes over ``x`` (no rolled copy)."""
+    half = x.shape[-1] // 2
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    x_a, x_b, out_a, out_b = x[..., :half], x[..., half:], out[..., :half], out[..., half:]
+    torch.mul(x_a, cos, out=out_a).addcmul_(x_b, sin, value=-sign)
+    torch.mul(x_b, cos, out=out_b).addcmul_(x_a, sin, value=sign)
+    return out
+
+
+class _TurnHalves(torch.autograd.Function):
+    """:func:`_turn_halves` under autograd: a rotation's gradient is the rotation back (its transpose), so the
+    backward pass turns the incoming gradient by minus the angles (tested with gradcheck)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(cos, sin)
+        return _turn_halves(x, cos, sin, 1.0)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        cos, sin = ctx.saved_tensors
+        return _turn_halves(grad, cos, sin, -1.0), None, None
+
+
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False
                  ) -> torch.Tensor:
     r"""Turn pair :math:`i` of every row of ``x`` by the angle whose cosine and sine are given (:func:`rope_angles`).
@@ -685,4 +712,6 @@ class RotaryEmbedding:
         cos, sin, cos2, sin2 = self._table(stop, x.device, x.dtype)
         if self.interleaved:
             return _rotate(x, cos[start:stop], sin[start:stop], self.interleaved)
+        if x.requires_grad and torch.is_grad_enabled():  # training: the turn back is the gradient
+            return _TurnHalves.apply(x, cos[start:stop], sin[start:stop])
         return _turn_whole(x, cos2[start:stop], sin2[start:stop])  # a step looks its factors up
