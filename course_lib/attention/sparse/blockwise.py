@@ -108,7 +108,8 @@ def _merge_groups(groups: list[tuple[_Place, torch.Tensor, torch.Tensor, torch.T
     With :math:`m_i` the largest allowed score of query :math:`i` over all groups,
     :math:`Z_i = \sum_g \sum_{j \in g} e^{s_{ij} - m_i}` and
     :math:`\mathbf o_i = \sum_g \sum_{j \in g} e^{s_{ij} - m_i} \mathbf v_j / Z_i`: the softmax over the
-    union, assembled from per-group pieces as FlashAttention merges its tiles. The scores are overwritten
+    union, assembled from per-group pieces with the shift of the largest score over all groups, known before
+    any group is exponentiated (no rescaling, unlike the online softmax of FlashAttention). The scores are overwritten
     in place (masked, shifted, exponentiated), so each group holds a single score tensor.
 
     Args:
