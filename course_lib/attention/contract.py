@@ -236,22 +236,25 @@ def check_supported(kernel: AttentionKernel, *, mask: torch.Tensor | MaskMod | N
         ...
         ValueError: the 'linear' kernel does not support attention dropout (got dropout_p=0.1): build the ...
     """
-    supports = kernel.supports
-    refusals = [
-        (dropout_p > 0 and not supports.dropout, "attention dropout", f"dropout_p={dropout_p}",
-         "build the module with dropout=0, or call .eval()"),
-        (need_weights and not supports.weights, "returning the attention weights", "need_weights=True",
-         "record the weights with the explicit kernel"),
-        (_has_query_axis(mask) and not supports.query_masks, "masks that differ from query to query",
-         "a MaskMod rule" if isinstance(mask, MaskMod) else f"a mask of shape {tuple(getattr(mask, 'shape', ()))}",
-         "it takes only key (padding) masks, broadcastable to (batch, heads, 1, n_keys)"),
-        (grouped and not supports.grouped_heads, "grouped key/value heads", "fewer key/value heads than heads",
-         "repeat the key/value heads"),
-        (score_mod is not None and not supports.score_mods, "score modifiers", repr(score_mod),
-         "use a softmax kernel (fused, explicit, flash)"),
-        (scale is not None and not supports.scale, "a score scale", f"scale={scale}",
-         "leave scale at its default"),
-    ]
-    for refused, feature, got, advice in refusals:
-        if refused:
-            raise ValueError(f"the {kernel.name!r} kernel does not support {feature} (got {got}): {advice}")
+    supports = kernel.supports  # the messages are formatted only for a refusal (a decoding step calls this)
+    if dropout_p > 0 and not supports.dropout:
+        _refuse(kernel, "attention dropout", f"dropout_p={dropout_p}",
+                "build the module with dropout=0, or call .eval()")
+    if need_weights and not supports.weights:
+        _refuse(kernel, "returning the attention weights", "need_weights=True",
+                "record the weights with the explicit kernel")
+    if mask is not None and not supports.query_masks and _has_query_axis(mask):
+        _refuse(kernel, "masks that differ from query to query",
+                "a MaskMod rule" if isinstance(mask, MaskMod)
+                else f"a mask of shape {tuple(getattr(mask, 'shape', ()))}",
+                "it takes only key (padding) masks, broadcastable to (batch, heads, 1, n_keys)")
+    if grouped and not supports.grouped_heads:
+        _refuse(kernel, "grouped key/value heads", "fewer key/value heads than heads", "repeat the key/value heads")
+    if score_mod is not None and not supports.score_mods:
+        _refuse(kernel, "score modifiers", repr(score_mod), "use a softmax kernel (fused, explicit, flash)")
+    if scale is not None and not supports.scale:
+        _refuse(kernel, "a score scale", f"scale={scale}", "leave scale at its default")
+
+
+def _refuse(kernel: AttentionKernel, feature: str, got: str, advice: str) -> None:
+    raise ValueError(f"the {kernel.name!r} kernel does not support {feature} (got {got}): {advice}")

@@ -51,7 +51,6 @@ from ..attention.kernels.rotary import RotaryEmbedding, _check_rope_scaling
 from ..attention.multihead import MultiHeadAttention
 from ..attention.registry import attention_kernel, check_kernel_fields
 from ..decoding.generation import generate
-from ..utils import stacked_linear
 from .hf_llama import read_hf_llama
 from .positional import LearnedPositionalEmbedding, PositionalEncoding
 
@@ -192,7 +191,6 @@ class SwiGLU(nn.Module):
         self.W_gate = nn.Linear(num_hiddens, hidden, bias=False)
         self.W_up = nn.Linear(num_hiddens, hidden, bias=False)
         self.W_down = nn.Linear(hidden, num_hiddens, bias=False)
-        self._gate_up: dict = {}  # the stacked gate and up weights (utils.stacked_linear)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Args: X: (..., num_hiddens). Returns: (..., num_hiddens)."""
@@ -201,10 +199,8 @@ class SwiGLU(nn.Module):
 
     def compute(self, X: torch.Tensor) -> torch.Tensor:
         """:meth:`forward` without the argument check (a model's blocks call it on checked inputs)."""
-        if torch.is_grad_enabled():  # training: two products, so that silu(gate) * up reads contiguous halves
-            gate, up = nn.functional.linear(X, self.W_gate.weight), nn.functional.linear(X, self.W_up.weight)
-        else:  # decoding, evaluation: one product with the stacked weights, read from the input once
-            gate, up = stacked_linear(X, (self.W_gate, self.W_up), self._gate_up).chunk(2, dim=-1)
+        # Two products (measured faster than one with the stacked weights, in training and in a decoding step).
+        gate, up = nn.functional.linear(X, self.W_gate.weight), nn.functional.linear(X, self.W_up.weight)
         return nn.functional.linear(nn.functional.silu(gate) * up, self.W_down.weight)
 
 

@@ -425,7 +425,7 @@ def _turn_halves(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: fl
     """Rotate-half pairs (x_a, x_b) turned by ``sign`` times the angles, written into the halves of a new tensor:
     (x_a cos - s x_b sin, x_b cos + s x_a sin), two passes over ``x`` (no rolled copy)."""
     half = x.shape[-1] // 2
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    out = torch.empty_like(x)  # x's memory order when it is dense (heads of a (B, T, h, d_h) projection)
     x_a, x_b, out_a, out_b = x[..., :half], x[..., half:], out[..., :half], out[..., half:]
     torch.mul(x_a, cos, out=out_a).addcmul_(x_b, sin, value=-sign)
     torch.mul(x_b, cos, out=out_b).addcmul_(x_a, sin, value=sign)
