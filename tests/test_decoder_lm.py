@@ -286,6 +286,40 @@ def _scaled_hf_llama(name, theta=10000.0, **config):
     return _hf_llama(rope_parameters={**rope, "rope_theta": theta}, max_position_embeddings=max_positions, **config)
 
 
+def test_training_gradients_equal_llamas_in_float64():
+    """The training path (RMSNorm's and RoPE's written-out gradients, the separate projections): the loss and the
+    gradient of every weight equal Hugging Face's, run in float64 (tests/hf_float64.py), to 1e-10, with the
+    gains and the key/value heads of a grouped model in play."""
+    with hf_in_float64():
+        hf = _hf_llama(kv_heads=2).train()
+        lm = DecoderLM.from_hf_llama(hf).double().train()
+        tokens = torch.randint(0, VOCAB, (2, 24), generator=torch.Generator().manual_seed(5))
+        targets = F.pad(tokens[:, 1:], (0, 1), value=-100).flatten()  # (labels=tokens takes its loss in float32)
+        hf_loss = F.cross_entropy(hf(tokens).logits.flatten(0, 1), targets, ignore_index=-100)
+        hf_loss.backward()
+    loss = F.cross_entropy(lm(tokens).flatten(0, 1), targets, ignore_index=-100)
+    loss.backward()
+    assert lm.config.kv_heads == 2 and abs(loss.item() - hf_loss.item()) < 1e-12
+    theirs = _hf_named_parameters(hf)
+    for name, param in lm.named_parameters():
+        torch.testing.assert_close(param.grad, theirs[name].grad, rtol=0, atol=1e-10, msg=name)
+        assert param.grad.abs().max() > 1e-6, name  # every weight's gradient is in play
+
+
+def _hf_named_parameters(hf):
+    """Hugging Face's parameters under DecoderLM's names (as from_hf_llama maps them)."""
+    out = {"embedding.weight": hf.model.embed_tokens.weight, "norm.weight": hf.model.norm.weight,
+           "lm_head.weight": hf.lm_head.weight}
+    for i, layer in enumerate(hf.model.layers):
+        for ours, theirs in (("norm1", layer.input_layernorm), ("norm2", layer.post_attention_layernorm),
+                             ("attention.W_q", layer.self_attn.q_proj), ("attention.W_k", layer.self_attn.k_proj),
+                             ("attention.W_v", layer.self_attn.v_proj), ("attention.W_o", layer.self_attn.o_proj),
+                             ("ffn.W_gate", layer.mlp.gate_proj), ("ffn.W_up", layer.mlp.up_proj),
+                             ("ffn.W_down", layer.mlp.down_proj)):
+            out[f"blocks.{i}.{ours}.weight"] = theirs.weight
+    return out
+
+
 @pytest.mark.parametrize("name", ROPE_SCALINGS)
 @pytest.mark.parametrize("theta", [10000.0, 500000.0])
 def test_model_logits_equal_llama_with_rope_scaling_in_float64(name, theta):
