@@ -116,7 +116,7 @@ def test_rmsnorm_gradients_equal_torch_rmsnorms(dtype, tol):
     for norm in (ours, theirs):
         xi = x.clone().requires_grad_()
         grads.append(torch.autograd.grad(norm(xi), (xi, norm.weight), upstream))
-    for a, b in zip(*grads):
+    for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b, rtol=tol, atol=tol)
 
 
