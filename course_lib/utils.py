@@ -194,8 +194,9 @@ def stacked_linear(x: torch.Tensor, layers: tuple[torch.nn.Linear, ...], memo: d
     Reading the input once instead of once per layer: cross-attention's keys and values of one memory
     (:meth:`MultiHeadAttention.project_kv`). Self-attention's q, k, v and SwiGLU's gate and up use separate
     products instead (measured faster at this course's sizes, in training and in a decoding step). Under autograd
-    the stack is formed at each call (its gradient flows to each layer's weight); without it (decoding, evaluation) the stacked weights are kept in ``memo`` and
-    formed again only when a weight changed (its version counter or its storage).
+    the stack is formed at each call (its gradient flows to each layer's weight); without it (decoding,
+    evaluation) the stacked weights are kept in ``memo`` and formed again only when a weight changed (its
+    version counter or its storage).
 
     Args:
         x: (..., in_features).
