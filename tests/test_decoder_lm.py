@@ -158,14 +158,18 @@ def _hf_layer_and_block(theta=10000.0, kv_heads=2):
     layer = _randomize(LlamaDecoderLayer(config, layer_idx=0).double().eval())
     block = DecoderLMBlock(D, HEADS, FFN, num_kv_heads=kv_heads, rope_base=theta,
                            norm_eps=config.rms_norm_eps).double().eval()
-    a, m = layer.self_attn, layer.mlp
-    block.load_state_dict({
-        "norm1.weight": layer.input_layernorm.weight, "norm2.weight": layer.post_attention_layernorm.weight,
-        "attention.W_q.weight": a.q_proj.weight, "attention.W_k.weight": a.k_proj.weight,
-        "attention.W_v.weight": a.v_proj.weight, "attention.W_o.weight": a.o_proj.weight,
-        "ffn.W_gate.weight": m.gate_proj.weight, "ffn.W_up.weight": m.up_proj.weight,
-        "ffn.W_down.weight": m.down_proj.weight})
+    block.load_state_dict(_hf_block_weights(layer))
     return config, layer, block
+
+
+def _hf_block_weights(layer):
+    """A LlamaDecoderLayer's weights under DecoderLMBlock's names (written out here, not from from_hf_llama)."""
+    a, m = layer.self_attn, layer.mlp
+    return {"norm1.weight": layer.input_layernorm.weight, "norm2.weight": layer.post_attention_layernorm.weight,
+            "attention.W_q.weight": a.q_proj.weight, "attention.W_k.weight": a.k_proj.weight,
+            "attention.W_v.weight": a.v_proj.weight, "attention.W_o.weight": a.o_proj.weight,
+            "ffn.W_gate.weight": m.gate_proj.weight, "ffn.W_up.weight": m.up_proj.weight,
+            "ffn.W_down.weight": m.down_proj.weight}
 
 
 def _meta_reference(X, layer, heads, kv_heads, eps, base):
@@ -311,12 +315,7 @@ def _hf_named_parameters(hf):
     out = {"embedding.weight": hf.model.embed_tokens.weight, "norm.weight": hf.model.norm.weight,
            "lm_head.weight": hf.lm_head.weight}
     for i, layer in enumerate(hf.model.layers):
-        for ours, theirs in (("norm1", layer.input_layernorm), ("norm2", layer.post_attention_layernorm),
-                             ("attention.W_q", layer.self_attn.q_proj), ("attention.W_k", layer.self_attn.k_proj),
-                             ("attention.W_v", layer.self_attn.v_proj), ("attention.W_o", layer.self_attn.o_proj),
-                             ("ffn.W_gate", layer.mlp.gate_proj), ("ffn.W_up", layer.mlp.up_proj),
-                             ("ffn.W_down", layer.mlp.down_proj)):
-            out[f"blocks.{i}.{ours}.weight"] = theirs.weight
+        out.update({f"blocks.{i}.{name}": weight for name, weight in _hf_block_weights(layer).items()})
     return out
 
 
