@@ -119,7 +119,8 @@ class _RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, X: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        r = torch.rsqrt(X.pow(2).mean(-1, keepdim=True) + eps)  # (..., 1)
+        # (..., 1): the mean square from one reduction (vector_norm), without a tensor of squares
+        r = torch.linalg.vector_norm(X, dim=-1, keepdim=True).square_().div_(X.shape[-1]).add_(eps).rsqrt_()
         normed = X * r
         ctx.save_for_backward(normed, r, weight)
         return normed * weight
