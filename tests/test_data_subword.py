@@ -44,6 +44,22 @@ def test_frequent_words_become_one_token(french_tokenizer):
     assert [french_tokenizer.detokenize([t]) for t in tokens] == ["Je", "suis", "fatigué", "."]
 
 
+@pytest.mark.parametrize("text", ["<bos>", "a <eos> b", "<pad><unk>", "x<bos"])
+def test_a_text_that_spells_a_special_token_round_trips_as_text(text):
+    # found by the test below: "<bos>" in a text was taken for the marker, and detokenize dropped it
+    tokenizer = SubwordTokenizer.train(FRENCH, vocab_size=300)
+    tokens = tokenizer.tokenize(text)
+    assert not set(tokens) & {"<pad>", "<bos>", "<eos>", "<unk>"}
+    assert tokenizer.detokenize(tokens) == text
+
+
+def test_a_tokenizer_passed_in_is_left_as_it_was():
+    raw = SubwordTokenizer.train(FRENCH, vocab_size=300)._tokenizer
+    raw.encode_special_tokens = False
+    SubwordTokenizer(raw).tokenize("<bos>")
+    assert raw.encode_special_tokens is False and raw.encode("<bos>").tokens == ["<bos>"]
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40))
 def test_any_text_round_trips_without_unk(text):

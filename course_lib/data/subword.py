@@ -148,6 +148,11 @@ class SubwordTokenizer:
             tokens[idx] = token
         if tuple(tokens[:4]) != SPECIAL_TOKENS:
             raise ValueError(f"the tokenizer's first ids must be {list(SPECIAL_TOKENS)}, got {tokens[:4]}")
+        # A text that spells "<bos>" (or another special token) is text: encoded as its characters, never
+        # matched as the marker, which detokenize would drop (on a copy: the caller's tokenizer is left as it was).
+        if not tokenizer.encode_special_tokens:
+            tokenizer = Tokenizer.from_str(tokenizer.to_str())
+            tokenizer.encode_special_tokens = True
         self._tokenizer = tokenizer
         self.vocab = Vocab(tokens)
         self._prepare = _check_text if self.keeps_whitespace else clean_text
