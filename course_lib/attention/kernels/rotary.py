@@ -421,8 +421,7 @@ def _turn_whole(x: torch.Tensor, cos2: torch.Tensor, sin2: torch.Tensor) -> torc
     return x * cos2 + x.roll(x.shape[-1] // 2, dims=-1) * sin2
 
 
-def _turn_halves(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cos2: torch.Tensor, sign: float
-                 ) -> torch.Tensor:
+def _turn_halves(x: torch.Tensor, cos2: torch.Tensor, sin: torch.Tensor, sign: float) -> torch.Tensor:
     """Rotate-half pairs (x_a, x_b) turned by ``sign`` times the angles: (x_a cos - s x_b sin, x_b cos + s x_a sin).
 
     One whole-width product by (cos, cos) (``cos2``), then each half's sine term added in place: no rolled
@@ -441,15 +440,15 @@ class _TurnHalves(torch.autograd.Function):
     backward pass turns the incoming gradient by minus the angles (tested with gradcheck)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cos2: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(cos, sin, cos2)
-        return _turn_halves(x, cos, sin, cos2, 1.0)
+    def forward(ctx, x: torch.Tensor, cos2: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(cos2, sin)
+        return _turn_halves(x, cos2, sin, 1.0)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
-        cos, sin, cos2 = ctx.saved_tensors
-        return _turn_halves(grad, cos, sin, cos2, -1.0), None, None, None
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        cos2, sin = ctx.saved_tensors
+        return _turn_halves(grad, cos2, sin, -1.0), None, None
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False
@@ -717,5 +716,5 @@ class RotaryEmbedding:
         if self.interleaved:
             return _rotate(x, cos[start:stop], sin[start:stop], self.interleaved)
         if x.requires_grad and torch.is_grad_enabled():  # training: the turn back is the gradient
-            return _TurnHalves.apply(x, cos[start:stop], sin[start:stop], cos2[start:stop])
+            return _TurnHalves.apply(x, cos2[start:stop], sin[start:stop])
         return _turn_whole(x, cos2[start:stop], sin2[start:stop])  # a step looks its factors up
