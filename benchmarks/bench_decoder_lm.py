@@ -10,7 +10,8 @@ greedy generation gives the same tokens. Two tables, each at one and at two thre
    do_sample=False)`` (no end-of-sequence token, so both generate all 128).
 2. **A training step** (forward, next-token cross-entropy, backward, AdamW step) at 16 x 128 and 4 x 512
    tokens. Both compute the loss as Hugging Face's ``ForCausalLMLoss`` does: over all T positions' logits,
-   with the target after the last one ignored.
+   with the target after the last one ignored; each with its own library's loss (ours
+   :func:`course_lib.cross_entropy`, what ``train_lm`` minimises).
 
 Targets (issue 27), printed under each table as met or MISSED: generation takes at most
 :data:`TARGET_GENERATION` times the peer's time after either prompt, a training step at most
@@ -34,6 +35,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from course_lib.models.decoder_lm import DecoderLM, swiglu_hidden_size  # noqa: E402
+from course_lib.training.loss import cross_entropy  # noqa: E402
 
 from .bench_attention import busy_warning, compare_timings, environment, table, target_line  # noqa: E402
 
@@ -121,7 +123,7 @@ def training_steps(hf, ours, setup: Setup, batch: int, length: int, seed: int = 
 
     def mine() -> None:
         logits = ours_train(tokens)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+        loss = cross_entropy(logits, targets, ignore_index=-100)
         loss.backward()
         ours_opt.step()
         ours_opt.zero_grad(set_to_none=True)

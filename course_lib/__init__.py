@@ -8,7 +8,7 @@ One module per concept, in packages that show the layers (lower ones never impor
 - ``models``: positions, the Transformer, the RNN baselines, the decoder-only language model and its
   Hugging Face conversion;
 - ``decoding``: greedy, beam search and sampling, for translators and language models alike;
-- ``training``: the training loops, checkpoints and ``torchrun``;
+- ``training``: the loss, the training loops, checkpoints and ``torchrun``;
 - ``data``: datasets, vocabularies and tokenizers;
 - ``teaching``: what only the book needs: plots, diagrams and the exercises' checkers (imported on
   first use, so ``import course_lib`` does not import matplotlib);
@@ -169,6 +169,7 @@ from .training.checkpoint import (
     save_checkpoint,
     save_lm_checkpoint,
 )
+from .training.loss import cross_entropy
 from .training.train import (
     TrainHistory,
     evaluate,
@@ -320,6 +321,7 @@ __all__ = [
     "causal_mod",
     "corpus_bleu",
     "cosine_scores",
+    "cross_entropy",
     "data",
     "decode_batch",
     "default_max_len",

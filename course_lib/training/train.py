@@ -45,6 +45,7 @@ from ..decoding.search import decode_batch
 from ..metrics import corpus_bleu, detokenized_bleu, exact_match
 from ..progress import progress as progress_bar
 from ..utils import global_state_preserved, model_device, set_seed, try_gpu
+from .loss import cross_entropy
 
 __all__ = [
     "masked_cross_entropy",
@@ -97,12 +98,8 @@ def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, tgt_valid_
     lens = as_lengths(tgt_valid_lens, "tgt_valid_lens", max_len=T, shape=(logits.shape[0],),
                       what=f"logits of shape {tuple(logits.shape)}", device=logits.device)
     mask = lengths_to_mask(lens, T)  # (B, T)
-    # Padding may hold any id; the mask decides, so clamp it into range for the gather.
-    # Flattened (B*T, V) rows: about 3x faster on CPU than the (B, V, T) layout cross_entropy also takes.
-    batch, steps, vocab = logits.shape
-    token_loss = F.cross_entropy(logits.reshape(batch * steps, vocab), targets.masked_fill(~mask, 0).reshape(-1),
-                                 reduction="none", label_smoothing=label_smoothing).view(batch, steps)
-    return (token_loss * mask).sum() / mask.sum().clamp(min=1)
+    # Padding may hold any id: the mask decides, and the padding's targets are ignored.
+    return cross_entropy(logits, targets.masked_fill(~mask, -100), ignore_index=-100, label_smoothing=label_smoothing)
 
 
 def warmup_lr(step: int, d_model: int, warmup: int) -> float:
@@ -532,8 +529,7 @@ class _LMTask(_Task):
         return model(batch.inputs)  # (B, L, V)
 
     def loss(self, logits: torch.Tensor, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        loss = F.cross_entropy(logits.float().flatten(0, 1), batch.targets.flatten(),
-                               label_smoothing=self.label_smoothing)
+        loss = cross_entropy(logits, batch.targets, label_smoothing=self.label_smoothing)  # float32
         return loss, torch.tensor(float(batch.n_tokens), device=logits.device)
 
     def valid_loss(self, model: nn.Module, device: torch.device) -> float:
