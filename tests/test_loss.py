@@ -1,5 +1,7 @@
 """``cross_entropy``: torch's cross-entropy in value and gradient, with the gradient p - q written out."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -106,6 +108,61 @@ def test_a_second_backward_pass_is_refused_not_wrong():  # (so gradcheck, which 
         loss.backward()
 
 
+def test_under_autocast_the_loss_stays_float32():
+    g = torch.Generator().manual_seed(5)
+    logits = 5 * torch.randn(64, 1000, generator=g)
+    targets = torch.randint(0, 1000, (64,), generator=g)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = cross_entropy(logits, targets, label_smoothing=0.1)
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss, F.cross_entropy(logits, targets, label_smoothing=0.1), rtol=0, atol=1e-5)
+
+
+def test_what_an_ignored_row_holds_does_not_reach_the_loss():
+    logits = torch.randn(3, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    logits[:, 0] = float("-inf")  # a token no row may produce; the ignored row's placeholder target is 0
+    targets = torch.tensor([1, 2, -100])
+    torch.testing.assert_close(cross_entropy(logits, targets), F.cross_entropy(logits, targets), rtol=0, atol=1e-12)
+    logits[2] = float("nan")
+    shifted = targets - (targets >= 0).long()
+    for eps in (0.0, 0.1):
+        torch.testing.assert_close(cross_entropy(logits[:, 1:], shifted, label_smoothing=eps),
+                                   F.cross_entropy(logits[:, 1:], shifted, label_smoothing=eps), rtol=0, atol=1e-12)
+    zero = cross_entropy(torch.randn(2, 4), torch.full((2,), -100))
+    assert zero.item() == 0.0 and math.copysign(1.0, zero.item()) == 1.0  # 0, not -0
+
+
+def test_a_double_backward_is_refused_not_silently_wrong():
+    x = torch.randn(4, 3, dtype=torch.float64)
+    A = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    W = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    loss = cross_entropy(torch.tanh(x @ A) @ W, torch.tensor([0, 1, 2, 1]))
+    with pytest.raises(RuntimeError, match="no second derivative"):
+        torch.autograd.grad(loss, W, create_graph=True)
+
+
+def test_non_contiguous_one_dimensional_and_empty_logits():
+    g = torch.Generator().manual_seed(7)
+    z = torch.randn(5, 4, 3, generator=g, dtype=torch.float64).transpose(0, 2)  # (3, 4, 5), not contiguous
+    t = torch.randint(0, 5, (3, 4), generator=g)
+    for got, want in zip(_ours_loss_and_grad(z, t), _torch_loss_and_grad(z, t), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    z1 = torch.randn(5, dtype=torch.float64, generator=g, requires_grad=True)
+    a, = torch.autograd.grad(cross_entropy(z1, torch.tensor(2)), z1)
+    b, = torch.autograd.grad(F.cross_entropy(z1, torch.tensor(2)), z1)
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    assert cross_entropy(torch.randn(0, 5), torch.zeros(0, dtype=torch.long)).item() == 0.0
+
+
+def test_an_ignore_index_inside_the_vocabulary():
+    g = torch.Generator().manual_seed(8)
+    logits = torch.randn(6, 4, generator=g, dtype=torch.float64)
+    targets = torch.tensor([0, 1, 0, 3, 2, 0])
+    for got, want in zip(_ours_loss_and_grad(logits, targets, ignore_index=0),
+                         _torch_loss_and_grad(logits, targets, ignore_index=0), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
 def test_bad_inputs_name_the_argument():
     logits = torch.randn(2, 3, 4)
     with pytest.raises(ValueError, match=r"targets must have shape \(2, 3\)"):
@@ -122,6 +179,8 @@ def test_bad_inputs_name_the_argument():
         cross_entropy(logits, torch.zeros(2, 3, dtype=torch.long), ignore_index=1.5)
     with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\)"):
         cross_entropy(logits, torch.zeros(2, 3, dtype=torch.long), label_smoothing=1.0)
+    with pytest.raises(ValueError, match="logits must have a vocabulary axis"):
+        cross_entropy(torch.tensor(1.0), torch.tensor(0))
 
 
 def test_exported_flat():

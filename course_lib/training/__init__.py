@@ -1,1 +1,2 @@
-"""Training loops (sequence-to-sequence and language models), evaluation, checkpoints and ``torchrun``."""
+"""The training loss, the training loops (sequence-to-sequence and language models), evaluation, checkpoints and
+``torchrun``."""

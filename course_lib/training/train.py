@@ -67,7 +67,7 @@ def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, tgt_valid_
 
     Args:
         logits: (B, T, V) unnormalised scores.
-        targets: (B, T) token ids.
+        targets: (B, T) token ids; a target of -100 is not counted, inside the valid length too.
         tgt_valid_lens: (B,) number of real tokens of each target, a tensor or a list (positions
             ``t >= tgt_valid_lens`` are padding and contribute nothing).
         label_smoothing: epsilon in [0, 1): the target distribution puts 1 - epsilon on the true token
@@ -530,7 +530,7 @@ class _LMTask(_Task):
 
     def loss(self, logits: torch.Tensor, batch) -> tuple[torch.Tensor, torch.Tensor]:
         loss = cross_entropy(logits, batch.targets, label_smoothing=self.label_smoothing)  # float32
-        return loss, torch.tensor(float(batch.n_tokens), device=logits.device)
+        return loss, torch.full((), float(batch.n_tokens), device=logits.device)  # no copy from the host
 
     def valid_loss(self, model: nn.Module, device: torch.device) -> float:
         return evaluate_lm(model, self.data, "valid", self.context, device=device)
