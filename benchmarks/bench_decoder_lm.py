@@ -3,7 +3,7 @@
 The peer is ``transformers.LlamaForCausalLM`` with ``attn_implementation="sdpa"``; ours is
 ``DecoderLM.from_hf_llama`` of it: the same configuration and a copy of the same weights. Before timing,
 the benchmark checks that the two compute one function (the logits agree to 1e-4 in float32) and that
-greedy generation gives the same tokens. Two tables, each at one and at two threads:
+greedy generation gives the same tokens. Three tables, each at one and at two threads:
 
 1. **Greedy generation** of 128 new tokens (batch 1) after a 32-token and after a 512-token prompt:
    ``model.generate(prompt, 128, temperature=0.0)`` against ``hf.generate(prompt, max_new_tokens=128,
@@ -12,6 +12,9 @@ greedy generation gives the same tokens. Two tables, each at one and at two thre
    tokens. Both compute the loss as Hugging Face's ``ForCausalLMLoss`` does: over all T positions' logits,
    with the target after the last one ignored; each with its own library's loss (ours
    :func:`course_lib.cross_entropy`, what ``train_lm`` minimises).
+
+3. **The loss alone**, forward and backward, on the logits of those training steps: ``cl.cross_entropy`` (its
+   gradient p - q written over the saved log-probabilities) against ``F.cross_entropy`` (autograd's).
 
 Targets (issue 27), printed under each table as met or MISSED: generation takes at most
 :data:`TARGET_GENERATION` times the peer's time after either prompt, a training step at most
@@ -41,6 +44,7 @@ from .bench_attention import busy_warning, compare_timings, environment, table, 
 
 TARGET_GENERATION = 0.80  # ours / Hugging Face, after each prompt length
 TARGET_TRAIN_STEP = 0.95  # ours / Hugging Face
+TARGET_LOSS = 0.75  # cl.cross_entropy / F.cross_entropy, forward and backward (the module's docstring: ~2/3)
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,25 @@ def training_steps(hf, ours, setup: Setup, batch: int, length: int, seed: int = 
     return {"ours": mine, "HF": theirs}
 
 
+def loss_steps(setup: Setup, batch: int, length: int, seed: int = 3) -> dict[str, Callable[[], None]]:
+    """The loss alone, forward and backward, on (batch * length, V) logits with the last target of each row
+    ignored: ours and torch's, checked to give the same loss and gradient."""
+    g = torch.Generator().manual_seed(seed)
+    logits = (3 * torch.randn(batch * length, setup.vocab, generator=g)).requires_grad_(True)
+    targets = torch.randint(0, setup.vocab, (batch * length,), generator=g)
+    targets[length - 1 :: length] = -100
+
+    def run(loss_fn) -> torch.Tensor:
+        loss_fn(logits, targets, ignore_index=-100).backward()
+        grad, logits.grad = logits.grad, None
+        return grad
+
+    a, b = run(cross_entropy), run(F.cross_entropy)
+    if not torch.allclose(a, b, rtol=0, atol=1e-6):
+        raise AssertionError(f"the two losses' gradients differ by {(a - b).abs().max().item():.2e}")
+    return {"ours": lambda: run(cross_entropy), "torch": lambda: run(F.cross_entropy)}
+
+
 def _rows(results: list[tuple[str, int, object]]) -> list[list[str]]:
     return [[label, str(threads), f"{t.median('ours') * 1e3:.1f} ms", f"{t.median('HF') * 1e3:.1f} ms",
              f"{t.ratio('ours', 'HF'):.2f}", f"{t.ratio('ours', 'HF', 'cpu'):.2f}"] for label, threads, t in results]
@@ -144,7 +167,7 @@ def main(repeats: int = 7, train_repeats: int = 15, threads: tuple[int, ...] = (
         print(warning)
     hf, ours = build(setup)
     before = torch.get_num_threads()
-    generation, training = [], []
+    generation, training, losses = [], [], []
     try:
         for n in threads:
             torch.set_num_threads(n)
@@ -157,6 +180,9 @@ def main(repeats: int = 7, train_repeats: int = 15, threads: tuple[int, ...] = (
                 t = compare_timings(training_steps(hf, ours, setup, batch, length), torch.device("cpu"),
                                     repeats=train_repeats, n_inner=1, warmup=2)
                 training.append((f"{batch} x {length}", n, t))
+            t = compare_timings(loss_steps(setup, 4, 512), torch.device("cpu"), repeats=train_repeats, n_inner=3,
+                                warmup=2)  # both training shapes give 2,048 rows of logits
+            losses.append((f"{4 * 512} x {setup.vocab} logits", n, t))
     finally:
         torch.set_num_threads(before)
     header = ["case", "threads", "ours", "HF", "ours/HF", "CPU ours/HF"]
@@ -170,7 +196,15 @@ def main(repeats: int = 7, train_repeats: int = 15, threads: tuple[int, ...] = (
     for label, n, t in training:
         print(target_line(f"training step, {label}, {n} thread{'s' if n > 1 else ''}: ours/HF",
                           t.ratio("ours", "HF"), TARGET_TRAIN_STEP))
-    return {"generation": generation, "training": training}
+    print()
+    print(table("The loss alone, forward and backward: cl.cross_entropy against F.cross_entropy",
+                ["case", "threads", "ours", "torch", "ours/torch"],
+                [[label, str(n), f"{t.median('ours') * 1e3:.1f} ms", f"{t.median('torch') * 1e3:.1f} ms",
+                  f"{t.ratio('ours', 'torch'):.2f}"] for label, n, t in losses]))
+    for label, n, t in losses:
+        print(target_line(f"loss, {label}, {n} thread{'s' if n > 1 else ''}: ours/torch", t.ratio("ours", "torch"),
+                          TARGET_LOSS))
+    return {"generation": generation, "training": training, "loss": losses}
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmarks/ is a package of the repository, not of course_lib
 from benchmarks import bench_attention as ba  # noqa: E402
+from benchmarks import bench_decoder_lm as bd  # noqa: E402
 from benchmarks import bench_transformer as bt  # noqa: E402
 
 sys.path.pop(0)
@@ -55,3 +56,9 @@ def test_the_training_step_benchmark_runs_both_models_on_the_same_function():
                          num_layers=1)
     timings, max_diff = bt.bench_train_step(setup, CPU, repeats=2)
     assert set(timings.wall) == {"ours", "torch"} and max_diff < 1e-4
+
+
+def test_the_loss_benchmark_times_ours_and_torchs_loss_on_the_same_logits():
+    steps = bd.loss_steps(bd.Setup(vocab=50), batch=2, length=8)
+    assert set(steps) == {"ours", "torch"}
+    torch.testing.assert_close(steps["ours"](), steps["torch"](), rtol=0, atol=1e-6)
